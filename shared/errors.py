@@ -1,0 +1,49 @@
+"""The two kinds of failure a function can have, and the one place they become HTTP answers.
+
+A *permanent* error means retrying cannot help (bad input): the broker must not redeliver, so it
+answers 4xx. A *temporary* error means the same event may succeed later (API unreachable,
+throttled, a conflict worth retrying): it answers 5xx so the broker redelivers (FACTS.md §6: the
+broker retries 5xx, 404, 408, 409 and 429, and no other 4xx). Modelled on kopf's
+PermanentError / TemporaryError.
+"""
+from __future__ import annotations
+
+import json
+
+
+class VmeventsError(Exception):
+    """Base of every error that maps to an HTTP answer."""
+
+    status = 500
+
+    def __init__(self, message: str, *, retry_after: float | None = None):
+        super().__init__(message)
+        self.message = message
+        self.retry_after = retry_after
+
+
+class PermanentError(VmeventsError):
+    """Retrying the same event cannot help."""
+
+    status = 400
+
+
+class BadEvent(PermanentError):
+    """The request is not a CloudEvent this function understands."""
+
+
+class TemporaryError(VmeventsError):
+    """The same event may succeed on redelivery."""
+
+    status = 503
+
+
+def http_answer(error: Exception) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers, body) for an error; anything unexpected is a 500 (the broker retries it)."""
+    status = error.status if isinstance(error, VmeventsError) else 500
+    message = error.message if isinstance(error, VmeventsError) else f"internal error: {error!r}"
+    headers = {"Content-Type": "application/json"}
+    retry_after = getattr(error, "retry_after", None)
+    if retry_after is not None:
+        headers["Retry-After"] = str(max(1, round(retry_after)))
+    return status, headers, json.dumps({"error": message}).encode()

@@ -1,0 +1,135 @@
+"""Turning an HTTP request into a CloudEvent the functions understand, or a clear 400.
+
+Accepts CloudEvents 1.0 in binary mode (ce-* headers, the body is the data) and structured mode
+(application/cloudevents+json). Knows the three event families the functions subscribe to:
+ApiServerSource Resource mode (data = the whole object), Reference mode (data = a reference to
+fetch) and PingSource ticks (FACTS.md §6). Parsing is hand-written rather than
+`cloudevents.http.from_http` because it sits on the hot path of every event and each failure
+must become a sentence an operator can act on.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.errors import BadEvent
+
+RESOURCE_PREFIX = "dev.knative.apiserver.resource."
+REF_PREFIX = "dev.knative.apiserver.ref."
+PING = "dev.knative.sources.ping"
+OPERATIONS = ("add", "update", "delete")
+_REQUIRED = ("id", "source", "type")
+_STRUCTURED = "application/cloudevents+json"
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    api_version: str
+    kind: str
+    name: str
+    namespace: str | None
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """One received CloudEvent."""
+
+    id: str
+    type: str
+    source: str
+    subject: str | None = None
+    data: Any = None
+    extensions: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def family(self) -> str:
+        """'resource', 'ref', 'ping' or 'other'."""
+        if self.type.startswith(RESOURCE_PREFIX):
+            return "resource"
+        if self.type.startswith(REF_PREFIX):
+            return "ref"
+        return "ping" if self.type == PING else "other"
+
+    @property
+    def operation(self) -> str | None:
+        """'add', 'update' or 'delete' for ApiServerSource events."""
+        if self.family in ("resource", "ref"):
+            return self.type.rsplit(".", 1)[1]
+        return None
+
+    @property
+    def kind(self) -> str | None:
+        return self.extensions.get("kind") or (self.data.get("kind") if isinstance(self.data, dict) else None)
+
+    def object(self) -> dict:
+        """The object a Resource-mode event carries. It is a hint, never evidence: re-read it."""
+        obj = self.data
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not obj.get("kind"):
+            raise BadEvent(f"event {self.id} ({self.type}) does not carry a Kubernetes object: "
+                           f"data needs kind and metadata.name")
+        if self.extensions.get("kind") and self.extensions["kind"] != obj["kind"]:
+            raise BadEvent(f"event {self.id} says kind {self.extensions['kind']} but carries a {obj['kind']}")
+        return obj
+
+    def ref(self) -> ObjectRef:
+        """The object a Reference-mode event points to."""
+        data = self.data if isinstance(self.data, dict) else {}
+        missing = [key for key in ("apiVersion", "kind", "name") if not isinstance(data.get(key), str)]
+        if missing:
+            raise BadEvent(f"event {self.id} ({self.type}) is a reference without {', '.join(missing)}")
+        return ObjectRef(data["apiVersion"], data["kind"], data["name"], data.get("namespace") or None)
+
+
+def parse(headers, body: bytes) -> Incoming:
+    """Parse a CloudEvent from HTTP headers (case-insensitive mapping) and body. Raises BadEvent."""
+    content_type = (headers.get("Content-Type") or "").split(";")[0].strip().lower()
+    if content_type == _STRUCTURED:
+        return _structured(body)
+    if headers.get("ce-specversion") is not None:
+        return _binary(headers, body, content_type)
+    raise BadEvent("not a CloudEvent: send ce-* headers (binary mode) or a body of type "
+                   "application/cloudevents+json (structured mode)")
+
+
+def _binary(headers, body: bytes, content_type: str) -> Incoming:
+    attributes = {key[3:].lower(): value for key, value in headers.items() if key.lower().startswith("ce-")}
+    data = _decode_data(body, content_type, attributes.get("id", "?"))
+    return _build(attributes, data)
+
+
+def _structured(body: bytes) -> Incoming:
+    try:
+        envelope = json.loads(body)
+    except ValueError:
+        raise BadEvent("structured CloudEvent body is not valid JSON") from None
+    if not isinstance(envelope, dict):
+        raise BadEvent("structured CloudEvent body must be a JSON object")
+    data = envelope.pop("data", None)
+    if "data_base64" in envelope:
+        raise BadEvent("data_base64 is not supported: the sources send JSON data")
+    return _build({key: value for key, value in envelope.items()}, data)
+
+
+def _decode_data(body: bytes, content_type: str, event_id: str) -> Any:
+    if not body:
+        return None
+    if content_type in ("", "application/json", "text/json") or content_type.endswith("+json"):
+        try:
+            return json.loads(body)
+        except ValueError:
+            raise BadEvent(f"event {event_id}: data is not valid JSON") from None
+    return body.decode("utf-8", errors="replace")
+
+
+def _build(attributes: dict[str, Any], data: Any) -> Incoming:
+    if attributes.get("specversion") != "1.0":
+        raise BadEvent(f"unsupported CloudEvents specversion {attributes.get('specversion')!r}; send 1.0")
+    missing = [name for name in _REQUIRED if not isinstance(attributes.get(name), str) or not attributes[name]]
+    if missing:
+        raise BadEvent(f"CloudEvent is missing required attribute(s): {', '.join(missing)}")
+    known = {"specversion", "id", "source", "type", "subject", "time", "datacontenttype", "dataschema"}
+    extensions = {key: str(value) for key, value in attributes.items() if key not in known}
+    return Incoming(id=attributes["id"], type=attributes["type"], source=attributes["source"],
+                    subject=attributes.get("subject"), data=data, extensions=extensions)

@@ -1,0 +1,198 @@
+"""Kubernetes access for the functions: the real `kubernetes` client, dicts in and out, errors wrapped.
+
+Functions never import `kubernetes.client.exceptions`: every failure leaves this module as one of
+the errors below, already sorted into permanent and temporary (kopf's `_cogs/clients/errors.py`
+does the same). Requests go through `ApiClient.param_serialize` / `call_api`, so configuration,
+authentication and TLS are the client's own, but responses stay plain dicts: no model classes to
+build for objects we only read a few fields of.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError as TransportError
+
+from shared.errors import PermanentError, TemporaryError
+
+# (connect, read) seconds: a hung API server must turn into a 5xx before the broker's delivery
+# timeout, so the broker redelivers instead of giving up on a slow attempt.
+REQUEST_TIMEOUT = (3.0, 10.0)
+PAGE_SIZE = 250
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One resource type: where it lives in the API."""
+
+    api_version: str
+    kind: str
+    plural: str
+    namespaced: bool = True
+
+    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        root = f"/api/{self.api_version}" if "/" not in self.api_version else f"/apis/{self.api_version}"
+        parts = [root]
+        if self.namespaced and namespace:
+            parts.append(f"namespaces/{namespace}")
+        parts.append(self.plural)
+        if name:
+            parts.append(name)
+        if subresource:
+            parts.append(subresource)
+        return "/".join(parts)
+
+
+VMI = Kind("kubevirt.io/v1", "VirtualMachineInstance", "virtualmachineinstances")
+VM = Kind("kubevirt.io/v1", "VirtualMachine", "virtualmachines")
+VMIM = Kind("kubevirt.io/v1", "VirtualMachineInstanceMigration", "virtualmachineinstancemigrations")
+KUBEVIRT = Kind("kubevirt.io/v1", "KubeVirt", "kubevirts")
+POD = Kind("v1", "Pod", "pods")
+EVENT = Kind("v1", "Event", "events")
+KINDS = {k.kind: k for k in (VMI, VM, VMIM, KUBEVIRT, POD, EVENT)}
+
+
+class KubeError(Exception):
+    """Mixin: an error that came from the Kubernetes API."""
+
+
+class NotFound(PermanentError, KubeError):
+    pass
+
+
+class Conflict(TemporaryError, KubeError):
+    """409, or a JSON-patch `test` that failed (422): the object changed; read again, decide again."""
+
+
+class Forbidden(TemporaryError, KubeError):
+    """403: the shipped RBAC does not allow it. Retried, then dead-lettered: visible, not silent."""
+
+    status = 500
+
+
+class Invalid(PermanentError, KubeError):
+    pass
+
+
+class Unavailable(TemporaryError, KubeError):
+    """The API server is unreachable, throttling (429) or failing (5xx)."""
+
+
+def _error_for(status: int, message: str, retry_after: float | None) -> Exception:
+    if status == 404:
+        return NotFound(message)
+    if status == 409:
+        return Conflict(message)
+    if status == 403:
+        return Forbidden(message)
+    if status == 422 and "test operation" in message.lower():
+        return Conflict(message)
+    if status in (400, 422):
+        return Invalid(message)
+    return Unavailable(message, retry_after=retry_after)
+
+
+def _status_message(body: bytes, fallback: str) -> str:
+    try:
+        return json.loads(body).get("message") or fallback
+    except (ValueError, AttributeError):
+        return fallback
+
+
+class Kube:
+    """A small façade over one `ApiClient`. Counts its calls (the benchmark reports them)."""
+
+    def __init__(self, api_client: k8s.ApiClient):
+        self.api = api_client
+        self._calls = itertools.count()
+        self.calls = 0
+
+    # -- transport ---------------------------------------------------------------------------
+    def request(self, method: str, path: str, *, query: dict | None = None, body: Any = None,
+                content_type: str = "application/json") -> dict:
+        self.calls = next(self._calls) + 1
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        params = self.api.param_serialize(method=method, resource_path=path,
+                                          query_params=[(k, v) for k, v in (query or {}).items() if v is not None],
+                                          header_params=headers, body=body, auth_settings=["BearerToken"])
+        what = f"{method} {path}"
+        try:
+            response = self.api.call_api(*params, _request_timeout=REQUEST_TIMEOUT)
+            response.read()
+        except ApiException as exc:  # raised by the client for transport-level trouble
+            raise Unavailable(f"{what}: {exc.reason or exc}") from None
+        except (TransportError, OSError) as exc:
+            raise Unavailable(f"{what}: Kubernetes API unreachable ({exc.__class__.__name__})") from None
+        if response.status >= 300:
+            retry_after = response.getheader("Retry-After")
+            message = _status_message(response.data, f"HTTP {response.status}")
+            raise _error_for(response.status, f"{what}: {message}",
+                             float(retry_after) if retry_after and retry_after.isdigit() else None)
+        return json.loads(response.data) if response.data else {}
+
+    # -- verbs -------------------------------------------------------------------------------
+    def get(self, kind: Kind, namespace: str | None, name: str) -> dict | None:
+        """The object, or None when it does not exist."""
+        try:
+            return self.request("GET", kind.path(namespace, name))
+        except NotFound:
+            return None
+
+    def list(self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
+             page_size: int = PAGE_SIZE) -> Iterator[dict]:
+        """Every object, fetched page by page (limit/continue) so memory stays flat at any scale."""
+        token = None
+        while True:
+            page = self.request("GET", kind.path(namespace),
+                                query={"labelSelector": label_selector, "limit": page_size, "continue": token})
+            yield from page.get("items") or ()
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return
+
+    def delete(self, kind: Kind, namespace: str | None, name: str, *, uid: str, resource_version: str) -> bool:
+        """Delete exactly this version of this object. False when it is already gone."""
+        options = {"apiVersion": "v1", "kind": "DeleteOptions",
+                   "preconditions": {"uid": uid, "resourceVersion": resource_version}}
+        try:
+            self.request("DELETE", kind.path(namespace, name), body=options)
+        except NotFound:
+            return False
+        return True
+
+    def json_patch(self, kind: Kind, namespace: str | None, name: str, operations: list[dict]) -> dict:
+        return self.request("PATCH", kind.path(namespace, name), body=operations,
+                            content_type="application/json-patch+json")
+
+    def merge_patch(self, kind: Kind, namespace: str | None, name: str, patch: dict) -> dict:
+        return self.request("PATCH", kind.path(namespace, name), body=patch,
+                            content_type="application/merge-patch+json")
+
+    def create(self, kind: Kind, namespace: str | None, body: dict) -> dict:
+        return self.request("POST", kind.path(namespace), body=body)
+
+
+def connect() -> Kube:
+    """In-cluster configuration when running in a pod, else KUBECONFIG / ~/.kube/config.
+
+    Raises RuntimeError with what to do when neither is there: a function that cannot reach the
+    API must not start and pretend to work.
+    """
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        configuration = k8s.Configuration()
+        k8s_config.load_incluster_config(client_configuration=configuration)
+        return Kube(k8s.ApiClient(configuration))
+    try:
+        return Kube(k8s_config.new_client_from_config())
+    except (k8s_config.ConfigException, OSError) as exc:
+        raise RuntimeError(f"no Kubernetes configuration: not in a cluster and no usable KUBECONFIG ({exc}); "
+                           f"set KUBECONFIG to a kubeconfig file.") from None

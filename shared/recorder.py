@@ -1,0 +1,67 @@
+"""Kubernetes Events about what a function did or found, deduplicated and best-effort.
+
+The same Event again raises `count` on the existing object instead of creating another one, as
+client-go's EventCorrelator does: the name is derived from what makes two Events "the same"
+(involved object, type, reason, message). Recording is best-effort: a failure is logged and never
+fails the handling (kopf `events.py`).
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+from datetime import datetime
+
+from shared.errors import VmeventsError
+from shared.kube import EVENT, Conflict, Kube
+
+log = logging.getLogger("vmevents.recorder")
+
+
+def _timestamp(now: datetime) -> str:
+    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def event_name(involved: dict, event_type: str, reason: str, message: str) -> str:
+    meta = involved["metadata"]
+    key = "\x00".join((meta.get("uid", ""), meta["name"], event_type, reason, message))
+    return f"{meta['name']}.{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+class Recorder:
+    def __init__(self, kube: Kube, component: str):
+        self.kube = kube
+        self.component = component
+
+    def record(self, involved: dict, event_type: str, reason: str, message: str, now: datetime) -> None:
+        """Record (or count again) an Event on `involved`. Never raises."""
+        try:
+            self._record(involved, event_type, reason, message, now)
+        except VmeventsError as exc:
+            log.warning("could not record Event %s on %s/%s: %s", reason,
+                        involved["metadata"].get("namespace"), involved["metadata"]["name"], exc.message)
+
+    def _record(self, involved: dict, event_type: str, reason: str, message: str, now: datetime) -> None:
+        meta = involved["metadata"]
+        namespace = meta.get("namespace") or "default"
+        name = event_name(involved, event_type, reason, message)
+        stamp = _timestamp(now)
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": name, "namespace": namespace},
+            "involvedObject": {"apiVersion": involved.get("apiVersion"), "kind": involved.get("kind"),
+                               "name": meta["name"], "namespace": meta.get("namespace"), "uid": meta.get("uid")},
+            "type": event_type, "reason": reason, "message": message,
+            "source": {"component": self.component},
+            "reportingComponent": f"vmevents.io/{self.component}",
+            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+        }
+        try:
+            self.kube.create(EVENT, namespace, body)
+        except Conflict:  # AlreadyExists: the same Event again
+            existing = self.kube.get(EVENT, namespace, name)
+            if existing is None:
+                self.kube.create(EVENT, namespace, body)
+                return
+            self.kube.merge_patch(EVENT, namespace, name, {
+                "count": int(existing.get("count") or 1) + 1, "lastTimestamp": stamp,
+                "metadata": {"resourceVersion": existing["metadata"]["resourceVersion"]}})

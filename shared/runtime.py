@@ -1,0 +1,129 @@
+"""The HTTP side of every function: intake, error mapping, replies and the one log line per event.
+
+A function module supplies `on_event(event, ctx) -> Outcome` and a settings loader; `start()` turns
+them into the functions-framework `http` target. Not `@cloud_event`: that signature always answers
+"OK", which a Knative broker counts as a failed delivery (FACTS.md §6). Here a handled event
+answers 2xx with an empty body or with a reply CloudEvent, bad input answers 400 with
+{"error": ...}, and a temporary failure answers 5xx so the broker redelivers. Errors become HTTP
+in exactly one place: `shared.errors.http_answer`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import flask
+
+from shared import intake
+from shared.errors import VmeventsError, http_answer
+from shared.kube import Kube, connect
+from shared.recorder import Recorder
+from shared.replies import Reply
+from shared.settings import SettingsError
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a function made of one event: for the reply, the log line and the tests."""
+
+    decision: str          # e.g. "irrelevant", "wait", "delete-vmi"
+    action: str = "none"   # what was done: "none", "deleted-vmi", "would-delete-vmi", ...
+    subject: str | None = None
+    reason: str = ""
+    reply: Reply | None = None
+
+
+@dataclass(frozen=True)
+class Context:
+    function: str
+    settings: Any
+    kube: Kube
+    recorder: Recorder
+    clock: Callable[[], datetime]
+
+
+Handler = Callable[[intake.Incoming, Context], Outcome]
+
+
+def _logger() -> logging.Logger:
+    logger = logging.getLogger("vmevents.events")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+    return logger
+
+
+class FunctionApp:
+    """The callable that functions-framework serves: flask.Request in, flask.Response out."""
+
+    def __init__(self, name: str, on_event: Handler, settings: Any, kube: Kube,
+                 clock: Callable[[], datetime] = utcnow):
+        self.name = name
+        self.on_event = on_event
+        self.context = Context(name, settings, kube, Recorder(kube, name), clock)
+        self.log = _logger()
+
+    def __call__(self, request: flask.Request) -> flask.Response:
+        if request.method != "POST":  # a probe or a person: say who we are, change nothing
+            return flask.Response(status=200 if request.method in ("GET", "HEAD") else 405)
+        started = time.perf_counter()
+        event = None
+        try:
+            event = intake.parse(request.headers, request.get_data())
+            outcome = self.on_event(event, self.context)
+            response = self._respond(outcome)
+        except Exception as exc:  # noqa: BLE001 - every failure must become an HTTP answer
+            status, headers, body = http_answer(exc)
+            outcome = Outcome(decision="error", reason=exc.message if isinstance(exc, VmeventsError) else repr(exc))
+            response = flask.Response(body, status=status, headers=headers)
+            if not isinstance(exc, VmeventsError):
+                logging.getLogger("vmevents").exception("unexpected error handling event")
+        self._log(event, outcome, response.status_code, started)
+        return response
+
+    def _respond(self, outcome: Outcome) -> flask.Response:
+        if outcome.reply is None:
+            return flask.Response(status=204)
+        headers, body = outcome.reply.headers_and_body(self.name)
+        return flask.Response(body, status=200, headers=headers)
+
+    def _log(self, event: intake.Incoming | None, outcome: Outcome, status: int, started: float) -> None:
+        self.log.info(json.dumps({
+            "function": self.name,
+            "event_id": event.id if event else None,
+            "event_type": event.type if event else None,
+            "subject": outcome.subject or (event.subject if event else None),
+            "decision": outcome.decision,
+            "action": outcome.action,
+            "reason": outcome.reason,
+            "outcome": status,
+            "reply": outcome.reply.type if outcome.reply else None,
+            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+        }, separators=(",", ":")))
+
+
+def start(name: str, on_event: Handler, load_settings: Callable[[Mapping[str, str]], Any],
+          environ: Mapping[str, str] | None = None) -> FunctionApp:
+    """Read the settings and connect, once, at start-up. A bad setting stops the start, naming it."""
+    import os
+
+    try:
+        settings = load_settings(os.environ if environ is None else environ)
+        kube = connect()
+    except (SettingsError, RuntimeError) as exc:
+        sys.stderr.write(f"{name}: cannot start: {exc}\n")
+        raise SystemExit(2) from None
+    return FunctionApp(name, on_event, settings, kube)

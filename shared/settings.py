@@ -1,0 +1,87 @@
+"""Reading configuration from the environment, once, with errors that say what a valid value is.
+
+Each function declares a frozen dataclass of its settings and builds it with these parsers at
+start-up; nothing writes to os.environ (the anti-pattern STYLE.md names in functions-framework).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import timedelta
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class SettingsError(ValueError):
+    """An environment variable holds a value the function cannot use."""
+
+
+def parse_duration(text: str) -> timedelta:
+    """'0s', '90s', '10m', '2h', '1d' (a bare number means seconds). Raises ValueError."""
+    match = _DURATION.match(text or "")
+    if not match:
+        raise ValueError(f"{text!r} is not a duration")
+    number, unit = match.groups()
+    return timedelta(seconds=int(number) * _UNIT_SECONDS[unit or "s"])
+
+
+def format_duration(delta: timedelta) -> str:
+    """The shortest exact spelling of a duration in the units parse_duration reads."""
+    seconds = int(delta.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+class Env:
+    """Typed reads of one environment mapping, each naming the variable when the value is wrong."""
+
+    def __init__(self, environ: Mapping[str, str]):
+        self._environ = environ
+
+    def raw(self, name: str, default: str) -> str:
+        return self._environ.get(name, default).strip()
+
+    def duration(self, name: str, default: str) -> timedelta:
+        value = self.raw(name, default)
+        try:
+            return parse_duration(value)
+        except ValueError:
+            raise SettingsError(f"{name}={value!r} is not a duration; use a value like 90s, 10m or 2h.") from None
+
+    def boolean(self, name: str, default: bool) -> bool:
+        value = self.raw(name, "true" if default else "false").lower()
+        if value in ("true", "1", "yes"):
+            return True
+        if value in ("false", "0", "no", ""):
+            return False
+        raise SettingsError(f"{name}={value!r} is not a boolean; use true or false.")
+
+    def names(self, name: str) -> frozenset[str]:
+        """A comma-separated list of Kubernetes names (empty = none)."""
+        value = self.raw(name, "")
+        items = frozenset(part.strip() for part in value.split(",") if part.strip())
+        bad = sorted(item for item in items if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", item))
+        if bad:
+            raise SettingsError(f"{name} holds {', '.join(map(repr, bad))}, not namespace names; "
+                                f"use a comma-separated list like 'default,vms'.")
+        return items
+
+    def number(self, name: str, default: float, *, minimum: float, maximum: float) -> float:
+        value = self.raw(name, str(default))
+        try:
+            number = float(value)
+        except ValueError:
+            number = float("nan")
+        if not minimum <= number <= maximum:
+            raise SettingsError(f"{name}={value!r} is not a number from {minimum:g} to {maximum:g}; "
+                                f"use a value like {default:g}.")
+        return number
+
+    def choice(self, name: str, default: str, choices: tuple[str, ...]) -> str:
+        value = self.raw(name, default).lower()
+        if value not in choices:
+            raise SettingsError(f"{name}={value!r} is not one of {', '.join(choices)}; use a value like {default}.")
+        return value
