@@ -192,7 +192,8 @@ def connect() -> Kube:
         k8s_config.load_incluster_config(client_configuration=configuration)
         return Kube(k8s.ApiClient(configuration))
     try:
-        return Kube(k8s_config.new_client_from_config())
+        # Pass KUBECONFIG explicitly: the client reads it at import time otherwise.
+        return Kube(k8s_config.new_client_from_config(config_file=os.environ.get("KUBECONFIG") or None))
     except (k8s_config.ConfigException, OSError) as exc:
         raise RuntimeError(f"no Kubernetes configuration: not in a cluster and no usable KUBECONFIG ({exc}); "
                            f"set KUBECONFIG to a kubeconfig file.") from None

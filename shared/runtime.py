@@ -47,8 +47,8 @@ class Outcome:
 class Context:
     function: str
     settings: Any
-    kube: Kube
-    recorder: Recorder
+    kube: Kube | None
+    recorder: Recorder | None
     clock: Callable[[], datetime]
 
 
@@ -69,11 +69,11 @@ def _logger() -> logging.Logger:
 class FunctionApp:
     """The callable that functions-framework serves: flask.Request in, flask.Response out."""
 
-    def __init__(self, name: str, on_event: Handler, settings: Any, kube: Kube,
+    def __init__(self, name: str, on_event: Handler, settings: Any, kube: Kube | None,
                  clock: Callable[[], datetime] = utcnow):
         self.name = name
         self.on_event = on_event
-        self.context = Context(name, settings, kube, Recorder(kube, name), clock)
+        self.context = Context(name, settings, kube, Recorder(kube, name) if kube else None, clock)
         self.log = _logger()
 
     def __call__(self, request: flask.Request) -> flask.Response:
@@ -116,13 +116,13 @@ class FunctionApp:
 
 
 def start(name: str, on_event: Handler, load_settings: Callable[[Mapping[str, str]], Any],
-          environ: Mapping[str, str] | None = None) -> FunctionApp:
+          environ: Mapping[str, str] | None = None, *, needs_kube: bool = True) -> FunctionApp:
     """Read the settings and connect, once, at start-up. A bad setting stops the start, naming it."""
     import os
 
     try:
         settings = load_settings(os.environ if environ is None else environ)
-        kube = connect()
+        kube = connect() if needs_kube else None
     except (SettingsError, RuntimeError) as exc:
         sys.stderr.write(f"{name}: cannot start: {exc}\n")
         raise SystemExit(2) from None

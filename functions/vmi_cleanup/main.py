@@ -6,4 +6,9 @@ setting stops the start with a message naming the variable.
 from functions.vmi_cleanup.cleanup import FUNCTION, Settings, on_event
 from shared.runtime import start
 
-handle = start(FUNCTION, on_event, Settings.from_env)
+app = start(FUNCTION, on_event, Settings.from_env)
+
+
+def handle(request):
+    """The functions-framework `http` target (it must be a plain function)."""
+    return app(request)

@@ -1,0 +1,55 @@
+"""vmevents-dead-letter: the broker's last stop for an event no retry could deliver.
+
+It logs the event, with the error the broker attached (Knative adds the extensions
+knativeerrordest, knativeerrorcode and knativeerrordata, the latter base64), as one JSON line at
+error level, so an operator's log pipeline sees every lost action or finding. It answers 2xx so
+the broker stops there.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import sys
+
+from shared.intake import Incoming
+from shared.runtime import Context, Outcome, start
+
+FUNCTION = "dead-letter"
+_log = logging.getLogger("vmevents.dead-letter")
+if not _log.handlers:
+    _handler = logging.StreamHandler(sys.stderr)
+    _handler.setFormatter(logging.Formatter("%(message)s"))
+    _log.addHandler(_handler)
+    _log.propagate = False
+
+
+def _error_data(encoded: str | None) -> str | None:
+    if not encoded:
+        return None
+    try:
+        return base64.b64decode(encoded, validate=True).decode("utf-8", errors="replace")
+    except (binascii.Error, ValueError):
+        return encoded
+
+
+def on_event(event: Incoming, ctx: Context) -> Outcome:
+    ext = event.extensions
+    _log.error(json.dumps({
+        "level": "error", "function": FUNCTION, "undelivered": True,
+        "event_id": event.id, "event_type": event.type, "source": event.source, "subject": event.subject,
+        "destination": ext.get("knativeerrordest"), "status": ext.get("knativeerrorcode"),
+        "error": _error_data(ext.get("knativeerrordata")),
+    }, separators=(",", ":")))
+    return Outcome("dead-lettered", subject=event.subject,
+                   reason=f"undeliverable to {ext.get('knativeerrordest', 'its subscriber')} "
+                          f"(status {ext.get('knativeerrorcode', '?')})")
+
+
+app = start(FUNCTION, on_event, lambda environ: None, needs_kube=False)
+
+
+def handle(request):
+    """The functions-framework `http` target (it must be a plain function)."""
+    return app(request)
