@@ -85,6 +85,9 @@ class Unavailable(TemporaryError, KubeError):
     """The API server is unreachable, throttling (429) or failing (5xx)."""
 
 
+_PATCH_DID_NOT_APPLY = "the server rejected our request due to an error in our request"
+
+
 def _error_for(status: int, message: str, retry_after: float | None) -> Exception:
     if status == 404:
         return NotFound(message)
@@ -92,8 +95,11 @@ def _error_for(status: int, message: str, retry_after: float | None) -> Exceptio
         return Conflict(message)
     if status == 403:
         return Forbidden(message)
-    if status == 422 and "test operation" in message.lower():
-        return Conflict(message)
+    if status == 422 and _PATCH_DID_NOT_APPLY in message:
+        # k8s.io/apiserver handlers/patch.go applyJSPatch: a JSON patch whose `test` fails answers
+        # NewGenericServerResponse(422) with only this generic message. Our patches test exactly the
+        # version we read, so it means: the object changed.
+        return Conflict(f"{message} (a JSON-patch test failed: the object changed)")
     if status in (400, 422):
         return Invalid(message)
     return Unavailable(message, retry_after=retry_after)
@@ -109,8 +115,9 @@ def _status_message(body: bytes, fallback: str) -> str:
 class Kube:
     """A small façade over one `ApiClient`. Counts its calls (the benchmark reports them)."""
 
-    def __init__(self, api_client: k8s.ApiClient):
+    def __init__(self, api_client: k8s.ApiClient, *, page_size: int = PAGE_SIZE):
         self.api = api_client
+        self.page_size = page_size
         self._calls = itertools.count()
         self.calls = 0
 
@@ -147,13 +154,12 @@ class Kube:
         except NotFound:
             return None
 
-    def list(self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
-             page_size: int = PAGE_SIZE) -> Iterator[dict]:
+    def list(self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None) -> Iterator[dict]:
         """Every object, fetched page by page (limit/continue) so memory stays flat at any scale."""
         token = None
         while True:
             page = self.request("GET", kind.path(namespace),
-                                query={"labelSelector": label_selector, "limit": page_size, "continue": token})
+                                query={"labelSelector": label_selector, "limit": self.page_size, "continue": token})
             yield from page.get("items") or ()
             token = (page.get("metadata") or {}).get("continue")
             if not token:
