@@ -311,29 +311,37 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         query = parse_qs(url.query)
         body = self._read_body()
-        record = dict(service_account=None, verb=method.lower(), api_group="", resource="", subresource="",
-                      namespace="", name="", status=0, allowed=False)
+        self._record = dict(service_account=None, verb=method.lower(), api_group="", resource="", subresource="",
+                            namespace="", name="", status=0, allowed=False)
         try:
             route = parse_route(url.path)
             request = Request(verb_for(method, route, query), route.group, route.plural, route.subresource,
                               route.namespace, route.name)
-            record.update(verb=request.verb, api_group=request.api_group, resource=request.resource,
-                          subresource=request.subresource, namespace=request.namespace, name=request.name)
-            identity = record["service_account"] = cluster.auth.authenticate(self.headers.get("Authorization"))
-            allowed = record["allowed"] = route.is_discovery or cluster.auth.allows(identity, request)
+            self._record.update(verb=request.verb, api_group=request.api_group, resource=request.resource,
+                                subresource=request.subresource, namespace=request.namespace, name=request.name)
+            identity = self._record["service_account"] = cluster.auth.authenticate(self.headers.get("Authorization"))
+            allowed = self._record["allowed"] = route.is_discovery or cluster.auth.allows(identity, request)
             self._apply_faults(cluster.faults.take(method, url.path, identity))
             if not allowed:
                 raise cluster.auth.forbidden(identity, request)
-            record["status"] = self._dispatch(method, route, url.path, query, body)
+            self._dispatch(method, route, url.path, query, body)
         except _DroppedConnection:
             self._drop()
         except ApiError as err:
-            record["status"] = err.code
             self._send_json(err.code, err.status(), err.headers)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+        except Exception as err:  # noqa: BLE001 - a simulator bug must reach the client as a 500, not a hang
+            self._send_json(500, internal_error(f"{type(err).__name__}: {err}").status())
         finally:
-            cluster.requests.append(AuditRecord(**record))
+            self._audit(0)  # only a dropped connection is still unrecorded here
+
+    def _audit(self, status: int):
+        """Record the request once, before its answer leaves, so a client never sees an answer unrecorded."""
+        if self._record is not None:
+            self._record["status"] = status
+            self.server.cluster.requests.append(AuditRecord(**self._record))
+            self._record = None
 
     def _apply_faults(self, faults: list[Fault]):
         for fault in faults:
@@ -506,6 +514,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_json(self, code: int, body: Any, headers: dict | None = None) -> int:
         data = json.dumps(body, separators=(",", ":")).encode() if body is not None else b""
+        self._audit(code)
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -516,6 +525,7 @@ class _Handler(BaseHTTPRequestHandler):
         return code
 
     def _start_stream(self):
+        self._audit(200)
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")

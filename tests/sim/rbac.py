@@ -35,7 +35,7 @@ def load_manifests(directory: Path) -> list[dict]:
     """Every RBAC document in every YAML file under `directory` (files may hold several documents)."""
     documents = []
     for path in sorted(directory.rglob("*.y*ml")):
-        for doc in yaml.safe_load_all(path.read_text()):
+        for doc in yaml.load_all(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
             if isinstance(doc, dict) and doc.get("kind") in RBAC_KINDS:
                 documents.append(doc)
     return documents

@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import json
 import re
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -102,17 +101,19 @@ def prune(value: Any, schema: dict, root: bool = False) -> Any:
 
 
 class SchemaRegistry:
-    """Finds, converts and caches one validator per kind; kinds without an upstream schema pass unchecked."""
+    """Finds the schema of each kind for one KubeVirt version; kinds without an upstream schema pass unchecked.
+
+    Parsed schemas and validators are cached per process (they are read-only and thread-safe), so a test
+    suite that starts many clusters parses each file once.
+    """
 
     def __init__(self, kubevirt_version: str, reference_dir: Path = paths.REFERENCE_DIR):
         self._kubevirt_dir = kubevirt_schema_dir(kubevirt_version)
         self._reference_dir = reference_dir
-        self._cache: dict[ResourceType, tuple[dict, jsonschema.protocols.Validator] | None] = {}
-        self._lock = threading.Lock()
 
     def validate(self, rt: ResourceType, obj: dict) -> dict:
         """Prune then validate; raise a 422 Invalid listing every failing field."""
-        compiled = self._compiled(rt)
+        compiled = _compiled(*self._source(rt))
         if compiled is None:
             return obj
         raw, validator = compiled
@@ -122,38 +123,39 @@ class SchemaRegistry:
             raise invalid(rt, obj.get("metadata", {}).get("name", ""), causes)
         return obj
 
-    def _compiled(self, rt: ResourceType):
-        with self._lock:
-            if rt not in self._cache:
-                self._cache[rt] = self._compile(rt)
-            return self._cache[rt]
-
-    def _compile(self, rt: ResourceType):
-        raw = self._find_schema(rt)
-        if raw is None:
-            return None
-        converted = to_json_schema(raw)
-        converted.setdefault("properties", {})["metadata"] = {"type": "object"}
-        return raw, jsonschema.Draft4Validator(converted, format_checker=_format_checker())
-
-    def _find_schema(self, rt: ResourceType) -> dict | None:
+    def _source(self, rt: ResourceType) -> tuple[Path | None, ResourceType]:
         if rt.group in ("kubevirt.io", "migrations.kubevirt.io"):
-            path = self._kubevirt_dir / f"{rt.kind.lower()}.openAPIV3Schema.yaml"
-            return yaml.load(path.read_text(), Loader=_Loader)["openAPIV3Schema"] if path.exists() else None
+            return self._kubevirt_dir / f"{rt.kind.lower()}.openAPIV3Schema.yaml", rt
         if rt.group == "longhorn.io":
-            return _crd_schema(self._reference_dir / "longhorn" / "v1.10.0" / "crds.yaml", rt)
+            return self._reference_dir / "longhorn" / "v1.10.0" / "crds.yaml", rt
         if rt.group == "devices.harvesterhci.io":
-            return _crd_schema(self._reference_dir / "harvester-pcidevices" / "crds.yaml", rt)
+            return self._reference_dir / "harvester-pcidevices" / "crds.yaml", rt
+        return None, rt
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(path: Path | None, rt: ResourceType):
+    raw = _find_schema(path, rt) if path is not None and path.exists() else None
+    if raw is None:
         return None
+    converted = to_json_schema(raw)
+    converted.setdefault("properties", {})["metadata"] = {"type": "object"}
+    return raw, jsonschema.Draft4Validator(converted, format_checker=_format_checker())
+
+
+def _find_schema(path: Path, rt: ResourceType) -> dict | None:
+    if path.name.endswith(".openAPIV3Schema.yaml"):  # KubeVirt: one file per kind, the CRDsValidation value
+        return yaml.load(path.read_text(), Loader=_Loader)["openAPIV3Schema"]
+    return _crd_schema(path, rt)
 
 
 @functools.lru_cache(maxsize=None)
 def _crd_documents(path: Path) -> tuple:
-    """The CRDs in a manifest file. Helm charts wrap theirs in `{{ if }} ... {{ else }} ... {{ end }}`:
-    keep the first branch (apiextensions.k8s.io/v1)."""
+    """The CRDs in a manifest file. Helm charts wrap theirs in `{{ if }} ... {{ else }} ... {{ end }}`
+    (keep the first branch, apiextensions.k8s.io/v1) and template some values (dropped)."""
     text = path.read_text()
     text = re.split(r"^\{\{-?\s*else\s*-?\}\}.*$", text, maxsplit=1, flags=re.M)[0]
-    text = re.sub(r"^\{\{.*\}\}\s*$", "", text, flags=re.M)
+    text = re.sub(r"\{\{.*?\}\}", "", text)  # Longhorn's `labels: {{- include ... }}` too
     return tuple(d for d in yaml.load_all(text, Loader=_Loader) if isinstance(d, dict))
 
 
