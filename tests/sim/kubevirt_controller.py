@@ -1,0 +1,1196 @@
+"""A simulated KubeVirt: the VM controller, a minimal virt-handler and a device-aware scheduler.
+
+It is a client of the simulated API server over HTTP with the real `kubernetes` client and the
+admin kubeconfig, as the real virt-controller is a client of the real API server, so the functions
+under test see the same objects, phases and Events they would see on a Harvester cluster.
+
+The file reads top to bottom as: facts and pure decisions (`reconcile`, `vm_status`, `schedule`,
+object builders; no client, no clock) → the I/O loop (`KubeVirtSim`) that fetches, decides again
+on fresh objects and acts. Sources are cited next to each behaviour; FACTS.md §1–3 is the summary.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import re
+import secrets
+import threading
+import time
+from collections import Counter
+from concurrent.futures import Future
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterable, Mapping
+
+log = logging.getLogger(__name__)
+
+GROUP, API_VERSION = "kubevirt.io", "v1"
+KUBEVIRT_API = f"{GROUP}/{API_VERSION}"
+VMS, VMIS = "virtualmachines", "virtualmachineinstances"
+
+# staging/src/kubevirt.io/api/core/v1/types.go: the VM controller puts this finalizer on the VM and
+# on every VMI it creates (and removes it from a VMI once the VMI is final, vm.go updateStatus);
+# the VMI controller puts VirtualMachineInstanceFinalizer on every VMI.
+VM_CONTROLLER_FINALIZER = "kubevirt.io/virtualMachineControllerFinalize"
+VMI_FINALIZER = "foregroundDeleteVirtualMachine"
+# The event source of the VM controller, as `kubectl describe vm` shows it ("From" column).
+VM_CONTROLLER_COMPONENT = "virtualmachine-controller"
+
+FINAL_PHASES = ("Succeeded", "Failed")
+FINAL_POD_PHASES = ("Succeeded", "Failed")
+LAUNCHER_LABELS = {"kubevirt.io": "virt-launcher"}
+CREATED_BY_LABEL = "kubevirt.io/created-by"
+VM_NAME_LABEL = "vm.kubevirt.io/name"
+NODE_NAME_LABEL = "kubevirt.io/nodeName"
+DEFAULT_NODES: Mapping[str, Mapping[str, int]] = {"harvester-node-0": {}}
+
+# RerunOnFailure stopped restarting a guest that shut itself down in v1.2.0 (PR #10639, FACTS §2
+# cites commit 0bb53947); v1.3.0 replaced its bookkeeping with status.runStrategy (PR #11963).
+RERUN_DELETES_SUCCEEDED = (1, 2, 0)
+
+
+# --------------------------------------------------------------------------------------------
+# Pure helpers: versions, object fields, time formatting
+# --------------------------------------------------------------------------------------------
+
+def parse_version(version: str) -> tuple[int, int, int]:
+    """'v1.3.1' / '1.3.1' / '1.4.0-rc.1' -> (1, 3, 1); numeric, so '1.10.0' > '1.9.0'."""
+    match = re.match(r"^v?(\d+)\.(\d+)(?:\.(\d+))?", str(version).strip())
+    if not match:
+        raise ValueError(f"KubeVirt version {version!r} is not a version; use one like 1.3.1.")
+    major, minor, patch = match.groups()
+    return int(major), int(minor), int(patch or 0)
+
+
+def rfc3339(when: datetime) -> str:
+    """KubeVirt's timestamps: RFC 3339, UTC, second precision (metav1.Time)."""
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _meta(obj: Mapping | None) -> Mapping:
+    return (obj or {}).get("metadata") or {}
+
+
+def _status(obj: Mapping | None) -> Mapping:
+    return (obj or {}).get("status") or {}
+
+
+def is_deleting(obj: Mapping | None) -> bool:
+    return bool(_meta(obj).get("deletionTimestamp"))
+
+
+def has_finalizer(obj: Mapping | None, finalizer: str) -> bool:
+    return finalizer in (_meta(obj).get("finalizers") or [])
+
+
+def vmi_phase(vmi: Mapping | None) -> str:
+    return _status(vmi).get("phase") or ""
+
+
+def run_strategy(vm: Mapping) -> str:
+    """VirtualMachine.RunStrategy(): spec.runStrategy, else legacy spec.running, else Halted."""
+    spec = vm.get("spec") or {}
+    if spec.get("runStrategy"):
+        return spec["runStrategy"]
+    if spec.get("running") is True:
+        return "Always"
+    return "Halted"
+
+
+def _condition(obj: Mapping | None, ctype: str) -> Mapping | None:
+    for cond in _status(obj).get("conditions") or []:
+        if cond.get("type") == ctype:
+            return cond
+    return None
+
+
+def _condition_is(obj: Mapping | None, ctype: str, status: str, reason: str | None = None) -> bool:
+    cond = _condition(obj, ctype)
+    return bool(cond and cond.get("status") == status and (reason is None or cond.get("reason") == reason))
+
+
+def _first_request(vm: Mapping) -> Mapping | None:
+    requests = _status(vm).get("stateChangeRequests") or []
+    return requests[0] if requests else None
+
+
+def has_start_request(vm: Mapping) -> bool:
+    first = _first_request(vm)
+    return bool(first and first.get("action") == "Start")
+
+
+def has_stop_request_for(vm: Mapping, vmi: Mapping | None) -> bool:
+    first = _first_request(vm)
+    return bool(vmi and first and first.get("action") == "Stop"
+                and first.get("uid") and first.get("uid") == _meta(vmi).get("uid"))
+
+
+# --------------------------------------------------------------------------------------------
+# Decide (VM controller): what syncRunStrategy does for one VM and its VMI
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Action:
+    """One step the VM controller takes; `why` is logged and kept for tests."""
+
+    verb: str  # start | stop | add_start_request | set_always | add_vm_finalizer | remove_vm_finalizer | remove_vmi_finalizer
+    why: str
+
+
+START, STOP = "start", "stop"
+ADD_START_REQUEST, SET_ALWAYS = "add_start_request", "set_always"
+ADD_VM_FINALIZER, REMOVE_VM_FINALIZER = "add_vm_finalizer", "remove_vm_finalizer"
+REMOVE_VMI_FINALIZER = "remove_vmi_finalizer"
+
+
+def reconcile(vm: Mapping, vmi: Mapping | None, version: tuple[int, int, int] | str) -> list[Action]:
+    """The VM controller's decision for one VM, level-based on fresh objects.
+
+    Mirrors pkg/virt-controller/watch/vm.go `sync` + `syncRunStrategy` (v1.1.1: `startStop`;
+    ≥v1.5: pkg/virt-controller/watch/vm/vm.go), FACTS.md §2.
+    """
+    version = parse_version(version) if isinstance(version, str) else version
+    actions = _finalizer_actions(vm, vmi)
+    if is_deleting(vm):
+        # sync(): a VM being deleted stops its VMI, then drops its own finalizer.
+        if vmi is None:
+            if has_finalizer(vm, VM_CONTROLLER_FINALIZER):
+                actions.insert(0, Action(REMOVE_VM_FINALIZER, "VM is being deleted and its VMI is gone"))
+        elif not is_deleting(vmi):
+            actions.insert(0, Action(STOP, "VM is being deleted"))
+        return actions
+    if not has_finalizer(vm, VM_CONTROLLER_FINALIZER):
+        actions.insert(0, Action(ADD_VM_FINALIZER, "every VM the controller manages carries its finalizer"))
+    strategy = run_strategy(vm)
+    decide = _STRATEGIES.get(strategy)
+    if decide is None:
+        return actions  # "unknown runstrategy": a sync error, nothing is touched
+    return decide(vm, vmi, version) + actions
+
+
+def _finalizer_actions(vm: Mapping, vmi: Mapping | None) -> list[Action]:
+    # updateStatus(): "Remove our finalizer off of a finalized VMI now that we've been able to
+    # record any status info from the VMI onto the VM object."
+    if vmi is not None and vmi_phase(vmi) in FINAL_PHASES and has_finalizer(vmi, VM_CONTROLLER_FINALIZER):
+        return [Action(REMOVE_VMI_FINALIZER, "VMI is final and its status is recorded on the VM")]
+    return []
+
+
+def _stop(vmi: Mapping, why: str) -> list[Action]:
+    # stopVMI() returns at once for a VMI that is already being deleted.
+    return [] if is_deleting(vmi) else [Action(STOP, why)]
+
+
+def _always(vm: Mapping, vmi: Mapping | None, version: tuple[int, int, int]) -> list[Action]:
+    if vmi is None:
+        return [Action(START, "runStrategy Always and no VMI")]
+    if has_stop_request_for(vm, vmi):
+        return _stop(vmi, "restart requested (stop request for this VMI)")
+    if vmi_phase(vmi) in FINAL_PHASES:
+        return _stop(vmi, f"runStrategy Always and the VMI is {vmi_phase(vmi)}; a new one follows")
+    return []
+
+
+def _rerun_on_failure(vm: Mapping, vmi: Mapping | None, version: tuple[int, int, int]) -> list[Action]:
+    phase = vmi_phase(vmi)
+    if version < RERUN_DELETES_SUCCEEDED:
+        # ≤v1.1.1 startStop(): only a Failed VMI (or a stop request) is deleted; a Succeeded VMI is
+        # left alone, and with no VMI at all the VM is started: deleting a leftover Succeeded VMI
+        # therefore boots the guest again.
+        if vmi is None:
+            return [Action(START, "runStrategy RerunOnFailure and no VMI (≤1.1: starts whenever the VMI is gone)")]
+        if has_stop_request_for(vm, vmi) or phase == "Failed":
+            return _stop(vmi, f"runStrategy RerunOnFailure and the VMI is {phase or 'stopping'}")
+        return []
+    # ≥v1.2.0 (PR #10639; FACTS cites commit 0bb53947): the controller deletes a final VMI itself
+    # and only a Failed one is rerun: it is rerun through a Start state-change request that the
+    # controller adds to the VM status (addStartRequest). With no VMI the VM starts only on a
+    # Start request, so neither its own deletion of a Succeeded VMI nor anyone else's restarts it.
+    # v1.3.0 (PR #11963) also starts "when coming here from a different RunStrategy":
+    # `if !hasStartRequest(vm) && vm.Status.RunStrategy == runStrategy { return }`, where
+    # status.runStrategy is first written once a VMI has been created; that is how a new
+    # RerunOnFailure VM boots. (v1.2.x did the same first start with a VirtualMachineInitialized
+    # condition, removed by #11963; the simulator uses the v1.3 bookkeeping for 1.2.x too.)
+    if vmi is not None:
+        if is_deleting(vmi):
+            return []
+        if has_stop_request_for(vm, vmi) or phase in FINAL_PHASES:
+            actions = [Action(STOP, f"runStrategy RerunOnFailure and the VMI is {phase or 'to be stopped'}")]
+            if phase == "Failed":
+                actions.append(Action(ADD_START_REQUEST, "rerun the failed VMI"))
+            return actions
+        return []
+    last_seen = _status(vm).get("runStrategy")
+    if has_start_request(vm) or last_seen != "RerunOnFailure":
+        return [Action(START, "runStrategy RerunOnFailure: start request, or first start / switched here")]
+    return []
+
+
+def _manual(vm: Mapping, vmi: Mapping | None, version: tuple[int, int, int]) -> list[Action]:
+    if vmi is not None:
+        if has_stop_request_for(vm, vmi):
+            return _stop(vmi, "stop request for this VMI (runStrategy Manual)")
+        return []
+    if has_start_request(vm):
+        return [Action(START, "start request (runStrategy Manual)")]
+    return []
+
+
+def _halted(vm: Mapping, vmi: Mapping | None, version: tuple[int, int, int]) -> list[Action]:
+    if vmi is not None:
+        return _stop(vmi, "runStrategy Halted")
+    if has_start_request(vm):
+        # "Set RunStrategyAlways/running = true if VM has StartRequest (start paused case)."
+        return [Action(SET_ALWAYS, "start request on a Halted VM")]
+    return []
+
+
+def _once(vm: Mapping, vmi: Mapping | None, version: tuple[int, int, int]) -> list[Action]:
+    # `if vmi == nil { startVMI }` and nothing else: a final VMI is left, and deleting it boots again.
+    if vmi is None:
+        return [Action(START, "runStrategy Once and no VMI")]
+    return []
+
+
+_STRATEGIES: dict[str, Callable[[Mapping, Mapping | None, tuple[int, int, int]], list[Action]]] = {
+    "Always": _always,
+    "RerunOnFailure": _rerun_on_failure,
+    "Manual": _manual,
+    "Halted": _halted,
+    "Once": _once,
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Decide (VM controller): the VM status it writes (vm.go updateStatus / setPrintableStatus)
+# --------------------------------------------------------------------------------------------
+
+def vm_status(vm: Mapping, vmi: Mapping | None, version: tuple[int, int, int] | str, now: datetime) -> dict:
+    """The VM's status after this sync, computed from the VMI as it was fetched."""
+    version = parse_version(version) if isinstance(version, str) else version
+    status = copy.deepcopy(dict(_status(vm)))
+    created = vmi is not None
+    ready = created and _condition_is(vmi, "Ready", "True")
+    _set_or_drop(status, "created", True if created else None)  # bool, omitempty
+    _set_or_drop(status, "ready", True if ready else None)
+    if version >= RERUN_DELETES_SUCCEEDED:
+        # "sync for the first time only when the VMI gets created so that we can tell if the VM
+        # got started at least once"
+        if status.get("runStrategy") or created:
+            status["runStrategy"] = run_strategy(vm)
+    if _trim_first_request(vm, vmi):
+        status["stateChangeRequests"] = list(status.get("stateChangeRequests") or [])[1:]
+    if not status.get("stateChangeRequests"):
+        status.pop("stateChangeRequests", None)
+    status["conditions"] = _vm_conditions(status.get("conditions") or [], vmi, now)
+    status["printableStatus"] = printable_status(vm, vmi)
+    return status
+
+
+def _set_or_drop(status: dict, key: str, value: Any) -> None:
+    if value is None:
+        status.pop(key, None)
+    else:
+        status[key] = value
+
+
+def _trim_first_request(vm: Mapping, vmi: Mapping | None) -> bool:
+    """isTrimFirstChangeRequestNeeded: only the first request is considered."""
+    first = _first_request(vm)
+    if not first:
+        return False
+    if first.get("action") == "Stop":
+        return vmi is None or not first.get("uid") or first.get("uid") != _meta(vmi).get("uid")
+    if first.get("action") == "Start":
+        return bool(vmi is not None and not is_deleting(vmi) and vmi_phase(vmi) not in FINAL_PHASES)
+    return False
+
+
+def _vm_conditions(current: list, vmi: Mapping | None, now: datetime) -> list:
+    """Ready from the VMI (or VMINotExists), the VMI's other conditions copied (syncConditions)."""
+    if vmi is None:
+        wanted = [{"type": "Ready", "status": "False", "reason": "VMINotExists", "message": "VMI does not exist"}]
+    else:
+        ready = _condition(vmi, "Ready") or {"type": "Ready", "status": "False", "reason": "VMIConditionMissing",
+                                            "message": "VMI is missing the Ready condition"}
+        wanted = [_cond_fields(ready)] + [_cond_fields(c) for c in _status(vmi).get("conditions") or []
+                                          if c.get("type") != "Ready"]
+    # Conditions of the VM controller's own (Failure, RestartRequired) are kept as they are.
+    own = [c for c in current if c.get("type") in ("Failure", "RestartRequired")]
+    old = {c.get("type"): c for c in current}
+    result = []
+    for cond in wanted:
+        prev = old.get(cond["type"])
+        same = prev and all(prev.get(k) == cond.get(k) for k in ("status", "reason", "message"))
+        cond = dict(cond, lastProbeTime=None,
+                    lastTransitionTime=prev.get("lastTransitionTime") if same else rfc3339(now))
+        result.append(cond)
+    return result + own
+
+
+def _cond_fields(cond: Mapping) -> dict:
+    return {k: cond[k] for k in ("type", "status", "reason", "message") if cond.get(k) is not None}
+
+
+def printable_status(vm: Mapping, vmi: Mapping | None) -> str:
+    """setPrintableStatus: the first matching status wins, in KubeVirt's order."""
+    phase = vmi_phase(vmi)
+    if is_deleting(vm):
+        return "Terminating"
+    if vmi is not None and phase not in FINAL_PHASES and is_deleting(vmi):
+        return "Stopping"
+    if phase == "Running":
+        return "Paused" if _condition_is(vmi, "Paused", "True") else "Running"
+    if vmi is not None and _condition_is(vmi, "PodScheduled", "False", "Unschedulable"):
+        return "ErrorUnschedulable"
+    if phase in ("", "Pending", "Scheduling", "Scheduled") and vmi is not None:
+        return "Starting"
+    # A final VMI (the seed: a guest powered off, VMI Succeeded) or none: Stopped.
+    return "Stopped"
+
+
+# --------------------------------------------------------------------------------------------
+# Decide (virt-controller VMI side + scheduler): objects and placement
+# --------------------------------------------------------------------------------------------
+
+def vmi_from_vm(vm: Mapping) -> dict:
+    """setupVMIFromVM: same name and namespace, template metadata and spec, owned by the VM."""
+    meta, template = _meta(vm), (vm.get("spec") or {}).get("template") or {}
+    tmeta = template.get("metadata") or {}
+    annotations = dict(tmeta.get("annotations") or {})
+    annotations["kubevirt.io/vm-generation"] = str(meta.get("generation") or 1)
+    return {
+        "apiVersion": KUBEVIRT_API,
+        "kind": "VirtualMachineInstance",
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "labels": dict(tmeta.get("labels") or {}),
+            "annotations": annotations,
+            "ownerReferences": [{
+                "apiVersion": KUBEVIRT_API, "kind": "VirtualMachine", "name": meta["name"],
+                "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True,
+            }],
+            # "add a finalizer to ensure the VM controller has a chance to see the VMI before it
+            # is deleted" (startVMI)
+            "finalizers": [VM_CONTROLLER_FINALIZER],
+        },
+        "spec": copy.deepcopy(template.get("spec") or {}),
+    }
+
+
+def device_requests(vmi_spec: Mapping) -> Counter:
+    """1 unit of each host device's / GPU's deviceName per entry (FACTS §3)."""
+    devices = ((vmi_spec.get("domain") or {}).get("devices") or {})
+    wanted: Counter = Counter()
+    for dev in list(devices.get("hostDevices") or []) + list(devices.get("gpus") or []):
+        if dev.get("deviceName"):
+            wanted[dev["deviceName"]] += 1
+    return wanted
+
+
+def launcher_pod(vmi: Mapping, version: str) -> dict:
+    """The virt-launcher pod (pkg/virt-controller/services/template.go), cut down to what is observed."""
+    meta, spec = _meta(vmi), vmi.get("spec") or {}
+    resources = (spec.get("domain") or {}).get("resources") or {}
+    requests = {k: v for k, v in (resources.get("requests") or {}).items() if k in ("cpu", "memory")}
+    limits = {k: v for k, v in (resources.get("limits") or {}).items() if k in ("cpu", "memory")}
+    for name, count in device_requests(spec).items():
+        requests[name] = limits[name] = str(count)
+    labels = dict(meta.get("labels") or {})
+    # template.go: podLabels[VirtualMachineNameLabel] = hostName (spec.hostname, else the VMI name).
+    labels.update(LAUNCHER_LABELS)
+    labels[CREATED_BY_LABEL] = meta["uid"]
+    labels[VM_NAME_LABEL] = spec.get("hostname") or meta["name"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": f"virt-launcher-{meta['name']}-",
+            "namespace": meta["namespace"],
+            "labels": labels,
+            "annotations": {"kubevirt.io/domain": meta["name"]},
+            "ownerReferences": [{
+                "apiVersion": KUBEVIRT_API, "kind": "VirtualMachineInstance", "name": meta["name"],
+                "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True,
+            }],
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "compute",
+                "image": f"registry.suse.com/suse/sles/15.5/virt-launcher:{version}",
+                "resources": {"requests": requests, "limits": limits},
+            }],
+        },
+    }
+
+
+def pod_holds_devices(pod: Mapping) -> bool:
+    """A bound pod holds its devices until it is Succeeded/Failed or gone (kubelet releases them)."""
+    return bool((pod.get("spec") or {}).get("nodeName")) and _status(pod).get("phase") not in FINAL_POD_PHASES
+
+
+def pod_device_requests(pod: Mapping) -> Counter:
+    used: Counter = Counter()
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for name, qty in ((container.get("resources") or {}).get("requests") or {}).items():
+            if "/" in name:  # extended resources (device plugins) only
+                used[name] += int(str(qty))
+    return used
+
+
+def schedule(wanted: Mapping[str, int], nodes: Mapping[str, Mapping[str, int]],
+             pods: Iterable[Mapping]) -> tuple[str | None, str | None]:
+    """(node, None) for the first node with room for every device, else (None, scheduler message).
+
+    The message is kube-scheduler's FitError, as in the seed issue:
+    `0/1 nodes are available: 1 Insufficient intel.com/82599_ETHERNET_CONTROLLER_VIRTUAL_FUNCTION.`
+    """
+    used: dict[str, Counter] = {name: Counter() for name in nodes}
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node in used and pod_holds_devices(pod):
+            used[node] += pod_device_requests(pod)
+    reasons: Counter = Counter()
+    for node in sorted(nodes):
+        short = [res for res, n in wanted.items() if int(nodes[node].get(res, 0)) - used[node][res] < n]
+        if not short:
+            return node, None
+        for res in short:
+            reasons[f"Insufficient {res}"] += 1
+    detail = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
+    return None, f"0/{len(nodes)} nodes are available: {detail}."
+
+
+def with_phase(vmi: Mapping, phase: str, now: datetime) -> dict:
+    """The status patch that moves a VMI to `phase`, recording the transition time."""
+    stamps = [dict(s) for s in _status(vmi).get("phaseTransitionTimestamps") or []]
+    stamps.append({"phase": phase, "phaseTransitionTimestamp": rfc3339(now)})
+    return {"phase": phase, "phaseTransitionTimestamps": stamps}
+
+
+def set_condition(conditions: list, cond: Mapping, now: datetime) -> list:
+    """Replace the condition of that type; keep lastTransitionTime when the status is unchanged."""
+    out, prev = [], None
+    for c in conditions or []:
+        if c.get("type") == cond["type"]:
+            prev = c
+        else:
+            out.append(c)
+    keep = prev and prev.get("status") == cond.get("status")
+    out.append(dict(cond, lastProbeTime=None,
+                    lastTransitionTime=prev.get("lastTransitionTime") if keep else rfc3339(now)))
+    return out
+
+
+def drop_condition(conditions: list, ctype: str) -> list:
+    return [c for c in conditions or [] if c.get("type") != ctype]
+
+
+def merge_patch_for(old: Mapping, new: Mapping) -> dict:
+    """Top-level JSON merge patch turning `old` into `new` (removed keys become null)."""
+    patch = {k: v for k, v in new.items() if old.get(k) != v}
+    patch.update({k: None for k in old if k not in new})
+    return patch
+
+
+# --------------------------------------------------------------------------------------------
+# I/O: every API call the simulated KubeVirt makes, in one place
+# --------------------------------------------------------------------------------------------
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+
+class _Kube:
+    """Thin wrapper over the real `kubernetes` client; answers plain dicts and counts writes."""
+
+    def __init__(self, api_client: Any, on_write: Callable[[], None]):
+        from kubernetes import client
+
+        self.api_client = api_client
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self._on_write = on_write
+
+    def _fresh(self) -> None:
+        # One connection per request: on a kept-alive loopback connection to the simulated API
+        # server each small answer waits ~40 ms for a delayed ACK (the server writes headers and
+        # body separately with Nagle on); a fresh connection answers in a few ms.
+        self.api_client.rest_client.pool_manager.clear()
+
+    # -- KubeVirt objects
+    def get(self, plural: str, ns: str, name: str) -> dict | None:
+        self._fresh()
+        try:
+            return self.custom.get_namespaced_custom_object(GROUP, API_VERSION, ns, plural, name)
+        except Exception as exc:  # noqa: BLE001 - 404 is an answer, the rest propagates
+            if _http_status(exc) == 404:
+                return None
+            raise
+
+    def list(self, plural: str) -> list[dict]:
+        self._fresh()
+        return self.custom.list_cluster_custom_object(GROUP, API_VERSION, plural).get("items") or []
+
+    def create(self, plural: str, ns: str, body: dict) -> dict | None:
+        self._fresh()
+        self._on_write()
+        try:
+            return self.custom.create_namespaced_custom_object(GROUP, API_VERSION, ns, plural, body)
+        except Exception as exc:  # noqa: BLE001
+            if _http_status(exc) == 409:
+                return None  # already there: the next sync sees it
+            raise
+
+    def patch(self, plural: str, ns: str, name: str, body: Any, *, status: bool = False) -> dict | None:
+        self._fresh()
+        self._on_write()
+        ctype = JSON_PATCH if isinstance(body, list) else MERGE_PATCH
+        fn = self.custom.patch_namespaced_custom_object_status if status else self.custom.patch_namespaced_custom_object
+        try:
+            return fn(GROUP, API_VERSION, ns, plural, name, body, _content_type=ctype)
+        except Exception as exc:  # noqa: BLE001
+            if _http_status(exc) in (404, 409, 422):  # gone, or a precondition (test op) failed
+                log.debug("patch %s %s/%s not applied: %s", plural, ns, name, exc)
+                return None
+            raise
+
+    def delete(self, plural: str, ns: str, name: str, uid: str | None = None) -> bool:
+        self._fresh()
+        from kubernetes import client
+
+        self._on_write()
+        body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)) if uid else None
+        try:
+            self.custom.delete_namespaced_custom_object(GROUP, API_VERSION, ns, plural, name, body=body)
+            return True
+        except Exception as exc:  # noqa: BLE001
+            if _http_status(exc) in (404, 409):  # gone already, or a different object by now
+                return False
+            raise
+
+    # -- launcher pods
+    def pods(self, ns: str | None = None, selector: str = "kubevirt.io=virt-launcher") -> list[dict]:
+        self._fresh()
+        if ns is None:
+            resp = self.core.list_pod_for_all_namespaces(label_selector=selector, _preload_content=False)
+        else:
+            resp = self.core.list_namespaced_pod(ns, label_selector=selector, _preload_content=False)
+        return json.loads(resp.data).get("items") or []
+
+    def create_pod(self, ns: str, body: dict) -> None:
+        self._fresh()
+        self._on_write()
+        self.core.create_namespaced_pod(ns, body)
+
+    def patch_pod(self, ns: str, name: str, body: dict, *, status: bool = False) -> None:
+        self._fresh()
+        self._on_write()
+        fn = self.core.patch_namespaced_pod_status if status else self.core.patch_namespaced_pod
+        try:
+            fn(name, ns, body, _content_type=MERGE_PATCH)
+        except Exception as exc:  # noqa: BLE001
+            if _http_status(exc) != 404:
+                raise
+
+    def delete_pod(self, ns: str, name: str, uid: str | None = None) -> None:
+        self._fresh()
+        from kubernetes import client
+
+        self._on_write()
+        body = client.V1DeleteOptions(grace_period_seconds=0,
+                                      preconditions=client.V1Preconditions(uid=uid) if uid else None)
+        try:
+            self.core.delete_namespaced_pod(name, ns, body=body)
+        except Exception as exc:  # noqa: BLE001
+            if _http_status(exc) not in (404, 409):
+                raise
+
+    # -- Events (best effort, as the real recorder: a failure is logged, never fatal)
+    def record(self, obj: Mapping, etype: str, reason: str, message: str, component: str, now: datetime) -> None:
+        self._fresh()
+        meta = _meta(obj)
+        stamp = rfc3339(now)
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{meta['name']}.{secrets.token_hex(8)}", "namespace": meta["namespace"]},
+            "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+                               "name": meta["name"], "namespace": meta["namespace"], "uid": meta.get("uid"),
+                               "resourceVersion": meta.get("resourceVersion")},
+            "type": etype, "reason": reason, "message": message,
+            "source": {"component": component},
+            "reportingComponent": component, "reportingInstance": f"{component}-sim",
+            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+        }
+        try:
+            self.core.create_namespaced_event(meta["namespace"], event)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("could not record Event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], exc)
+
+
+def _http_status(exc: BaseException) -> int | None:
+    status = getattr(exc, "status", None)
+    return status if isinstance(status, int) else None
+
+
+def _owner_name(obj: Mapping, kind: str) -> str | None:
+    for ref in _meta(obj).get("ownerReferences") or []:
+        if ref.get("kind") == kind and ref.get("controller"):
+            return ref.get("name")
+    return None
+
+
+Key = tuple[str, str]  # (namespace, name) of a VM and of its VMI (same name)
+
+
+# --------------------------------------------------------------------------------------------
+# The simulator: watches, a work queue, one worker that reconciles, guest actions
+# --------------------------------------------------------------------------------------------
+
+class KubeVirtSim:
+    """virt-controller's VM controller + a minimal virt-handler/scheduler against the sim API server.
+
+    One worker thread does every write (controller, handler and guest actions), so the simulated
+    components never race each other; watch threads and a periodic resync only enqueue keys.
+    No lock is ever held across an API call.
+    """
+
+    def __init__(self, cluster: Any, version: str | None = None,
+                 nodes: Mapping[str, Mapping[str, int]] | None = None,
+                 step_delay: float = 0.05, resync_period: float = 0.5):
+        self.cluster = cluster
+        self.version_string = str(version or cluster.kubevirt_version).lstrip("v")
+        self.version = parse_version(self.version_string)
+        self.nodes = {name: dict(devs) for name, devs in (nodes or DEFAULT_NODES).items()}
+        self.step_delay = step_delay
+        self.resync_period = resync_period
+        self.clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
+
+        self._cond = threading.Condition()
+        self._due: dict[Key, float] = {}          # key -> monotonic time it may run
+        self._calls: list[tuple[Callable[[], Any], Future]] = []
+        self._busy = False
+        self._changes = 0                          # writes + failures; wait_idle compares it
+        self._last_step: dict[Key, float] = {}
+        self._stop = threading.Event()
+        self._resync_now = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._watch_responses: set[Any] = set()
+        self._api_clients: list[Any] = []
+        self._kube = self._new_kube()     # the worker's
+        self._lister = self._new_kube()   # resync and wait_idle (listing only)
+
+    # -- lifecycle
+    def start(self) -> "KubeVirtSim":
+        if self._threads:
+            return self
+        self._stop.clear()
+        self._spawn("kubevirt-sim-worker", self._work)
+        self._spawn("kubevirt-sim-resync", self._resync_loop)
+        for kind in ("vm", "vmi", "pod"):
+            # Clients are made here, one after the other: SimCluster.api_client() writes a
+            # kubeconfig file, which is not safe to do from several threads at once.
+            self._spawn(f"kubevirt-sim-watch-{kind}", self._watch_loop, kind, self._new_kube())
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._resync_now.set()
+        with self._cond:
+            self._cond.notify_all()
+            responses = list(self._watch_responses)
+        for resp in responses:
+            _interrupt(resp)
+        for thread in self._threads:
+            thread.join(timeout=5)
+        self._threads = []
+        for api_client in self._api_clients:
+            try:
+                api_client.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+        self._api_clients = []
+
+    def __enter__(self) -> "KubeVirtSim":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def wait_idle(self, timeout: float = 5.0) -> None:
+        """Return once a full pass over every VM/VMI made no change and nothing is scheduled.
+
+        Each round enqueues every key itself (it does not trust a watch event to have arrived),
+        waits for the queue to drain, and stops when the round wrote nothing.
+        """
+        if not self._threads:
+            raise RuntimeError("KubeVirtSim is not running; call start() before wait_idle().")
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._cond:
+                before = self._changes
+            try:
+                self._enqueue_all()
+            except Exception as exc:  # noqa: BLE001 - an injected fault: try again
+                log.debug("wait_idle: listing failed: %s", exc)
+                with self._cond:
+                    self._changes += 1
+            self._wait_drained(deadline)
+            with self._cond:
+                if self._changes == before:
+                    return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"KubeVirtSim still reconciling after {timeout}s")
+            time.sleep(0.005)
+
+    # -- guest actions (what virt-handler reports when the guest does something)
+    def guest_power_off(self, namespace: str, vmi_name: str) -> None:
+        """The guest ran `poweroff`: VMI Succeeded, launcher pod Succeeded (Completed), devices freed."""
+        self._call(lambda: self._guest_exit(namespace, vmi_name, "Succeeded"))
+
+    def guest_crash(self, namespace: str, vmi_name: str) -> None:
+        """The guest crashed (or qemu died): VMI Failed, launcher pod Failed."""
+        self._call(lambda: self._guest_exit(namespace, vmi_name, "Failed"))
+
+    def set_phase_time(self, namespace: str, vmi_name: str, phase: str, when: datetime) -> None:
+        """Rewrite (or add) the phaseTransitionTimestamp of `phase`, e.g. to age a Succeeded VMI."""
+        self._call(lambda: self._rewrite_phase_time(namespace, vmi_name, phase, when))
+
+    # ------------------------------------------------------------------------------ internals
+    def _new_kube(self) -> _Kube:
+        api_client = self.cluster.api_client()
+        self._api_clients.append(api_client)
+        return _Kube(api_client, self._count_write)
+
+    def _count_write(self) -> None:
+        with self._cond:
+            self._changes += 1
+
+    def _spawn(self, name: str, target: Callable, *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _enqueue(self, key: Key, delay: float = 0.0) -> None:
+        due = time.monotonic() + delay
+        with self._cond:
+            if key not in self._due or self._due[key] > due:
+                self._due[key] = due
+            self._cond.notify_all()
+
+    def _enqueue_all(self) -> None:
+        keys: set[Key] = set()
+        for plural in (VMS, VMIS):
+            for obj in self._lister.list(plural):
+                keys.add((_meta(obj)["namespace"], _meta(obj)["name"]))
+        for pod in self._lister.pods():
+            owner = _owner_name(pod, "VirtualMachineInstance")
+            if owner:
+                keys.add((_meta(pod)["namespace"], owner))
+        for key in keys:
+            self._enqueue(key)
+
+    def _wait_drained(self, deadline: float) -> None:
+        with self._cond:
+            while self._due or self._calls or self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    pending = sorted(f"{ns}/{name}" for ns, name in self._due)
+                    raise TimeoutError(f"KubeVirtSim still has work pending: {pending}")
+                self._cond.wait(timeout=min(left, 0.05))
+
+    def _call(self, fn: Callable[[], Any]) -> Any:
+        if not self._threads:
+            return fn()
+        fut: Future = Future()
+        with self._cond:
+            self._calls.append((fn, fut))
+            self._cond.notify_all()
+        return fut.result(timeout=30)
+
+    # -- the worker
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            job = self._next_job()
+            if job is None:
+                continue
+            kind, item = job
+            try:
+                if kind == "call":
+                    fn, fut = item
+                    try:
+                        fut.set_result(fn())
+                    except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                        fut.set_exception(exc)
+                else:
+                    self._sync(item)
+            except Exception as exc:  # noqa: BLE001 - API fault: retry shortly, as a workqueue would
+                log.debug("sync %s failed, retrying: %s", item, exc)
+                with self._cond:
+                    self._changes += 1
+                self._enqueue(item, delay=max(self.step_delay, 0.02))
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def _next_job(self) -> tuple[str, Any] | None:
+        with self._cond:
+            while not self._stop.is_set():
+                if self._calls:
+                    self._busy = True
+                    return "call", self._calls.pop(0)
+                now = time.monotonic()
+                ready = [k for k, due in self._due.items() if due <= now]
+                if ready:
+                    key = min(ready, key=lambda k: self._due[k])
+                    del self._due[key]
+                    self._busy = True
+                    return "key", key
+                wait = min(self._due.values()) - now if self._due else 0.2
+                self._cond.wait(timeout=max(0.001, min(wait, 0.2)))
+            return None
+
+    def _sync(self, key: Key) -> None:
+        """One pass for a name: the VM controller, then virt-handler, on freshly fetched objects."""
+        ns, name = key
+        with self._cond:
+            before = self._changes
+        vm = self._kube.get(VMS, ns, name)
+        vmi = self._kube.get(VMIS, ns, name)
+        if vm is not None and self._sync_vm(vm, vmi):
+            vmi = self._kube.get(VMIS, ns, name)  # created or deleted: virt-handler sees the new state
+        step = self._sync_vmi(key, vmi)
+        for _ in range(4):  # with no step delay, walk the next phases now rather than a pass each
+            if step != 0.0 or self.step_delay > 0:
+                break
+            step = self._sync_vmi(key, self._kube.get(VMIS, ns, name))
+        with self._cond:
+            wrote = self._changes != before
+        if step is not None:
+            self._enqueue(key, delay=step)
+        elif wrote:
+            self._enqueue(key)
+
+    # -- VM controller
+    def _sync_vm(self, vm: dict, vmi: dict | None) -> bool:
+        """execute(): sync, then updateStatus. Answers whether the VMI was touched."""
+        ns, name = _meta(vm)["namespace"], _meta(vm)["name"]
+        if vmi is not None and _owner_name(vmi, "VirtualMachine") != name:
+            vmi = None  # a standalone VMI of that name is not this VM's (ClaimVirtualMachineInstanceByName)
+        actions = reconcile(vm, vmi, self.version)
+        vm_now = vm
+        for action in actions:
+            if action.verb != REMOVE_VMI_FINALIZER:
+                log.debug("%s/%s: %s (%s)", ns, name, action.verb, action.why)
+                vm_now = self._act(vm_now, vmi, action) or vm_now
+        # updateStatus() runs with the VMI as it was fetched, then frees a final VMI of our finalizer.
+        new_status = vm_status(vm_now, vmi, self.version, self.clock())
+        patch = merge_patch_for(_status(vm_now), new_status)
+        if patch:
+            self._kube.patch(VMS, ns, name, {"status": patch}, status=True)
+        if any(a.verb == REMOVE_VMI_FINALIZER for a in actions) and vmi is not None:
+            self._remove_finalizer(VMIS, vmi, VM_CONTROLLER_FINALIZER)
+        return any(a.verb in (START, STOP, REMOVE_VMI_FINALIZER) for a in actions)
+
+    def _act(self, vm: dict, vmi: dict | None, action: Action) -> dict | None:
+        """Carry out one action; answers the VM as written when the action wrote the VM."""
+        ns, name = _meta(vm)["namespace"], _meta(vm)["name"]
+        now = self.clock()
+        if action.verb == START:
+            try:
+                created = self._kube.create(VMIS, ns, vmi_from_vm(vm))
+            except Exception as exc:
+                self._kube.record(vm, "Warning", "FailedCreate",
+                                  f"Error creating virtual machine instance: {exc}", VM_CONTROLLER_COMPONENT, now)
+                raise
+            if created is not None:
+                self._kube.record(vm, "Normal", "SuccessfulCreate",
+                                  f"Started the virtual machine by creating the new virtual machine instance {name}",
+                                  VM_CONTROLLER_COMPONENT, now)
+        elif action.verb == STOP and vmi is not None:
+            uid = _meta(vmi).get("uid")
+            try:
+                deleted = self._kube.delete(VMIS, ns, name, uid=uid)
+            except Exception as exc:
+                self._kube.record(vm, "Warning", "FailedDelete",
+                                  f"Error deleting virtual machine instance {name}: {exc}", VM_CONTROLLER_COMPONENT, now)
+                raise
+            if deleted:
+                self._kube.record(vm, "Normal", "SuccessfulDelete",
+                                  f"Stopped the virtual machine by deleting the virtual machine instance {uid}",
+                                  VM_CONTROLLER_COMPONENT, now)
+        elif action.verb == ADD_START_REQUEST:
+            requests = list(_status(vm).get("stateChangeRequests") or []) + [{"action": "Start"}]
+            return self._kube.patch(VMS, ns, name, {"status": {"stateChangeRequests": requests}}, status=True)
+        elif action.verb == SET_ALWAYS:
+            spec = vm.get("spec") or {}
+            body = {"spec": {"runStrategy": "Always"}} if "runStrategy" in spec else {"spec": {"running": True}}
+            return self._kube.patch(VMS, ns, name, body)
+        elif action.verb == ADD_VM_FINALIZER:
+            finalizers = list(_meta(vm).get("finalizers") or []) + [VM_CONTROLLER_FINALIZER]
+            return self._kube.patch(VMS, ns, name, _finalizer_patch(vm, finalizers))
+        elif action.verb == REMOVE_VM_FINALIZER:
+            return self._remove_finalizer(VMS, vm, VM_CONTROLLER_FINALIZER)
+        return None
+
+    def _remove_finalizer(self, plural: str, obj: Mapping, finalizer: str) -> dict | None:
+        meta = _meta(obj)
+        remaining = [f for f in meta.get("finalizers") or [] if f != finalizer]
+        return self._kube.patch(plural, meta["namespace"], meta["name"], _finalizer_patch(obj, remaining))
+
+    # -- virt-handler + VMI controller + scheduler
+    def _sync_vmi(self, key: Key, vmi: dict | None) -> float | None:
+        """One step for the VMI of `key`; answers a delay when the next phase step is due later."""
+        ns, name = key
+        if vmi is None:
+            # Launcher pods of a VMI that is gone (the API server may have no garbage collector).
+            for pod in self._kube.pods(ns):
+                if _owner_name(pod, "VirtualMachineInstance") == name:
+                    self._kube.delete_pod(ns, _meta(pod)["name"], _meta(pod).get("uid"))
+            return None
+        uid = _meta(vmi)["uid"]
+        pods = [p for p in self._kube.pods(ns, f"{CREATED_BY_LABEL}={uid}") if not is_deleting(p)]
+        phase = vmi_phase(vmi)
+        if is_deleting(vmi):
+            return self._tear_down(vmi, pods)
+        if phase in FINAL_PHASES:
+            for pod in pods:  # the launcher exits with the guest
+                self._finish_pod(pod, "Succeeded" if phase == "Succeeded" else "Failed")
+            return None
+        if phase in ("Pending", "Scheduling", "Scheduled", "Running") and not pods:
+            # The launcher pod vanished under a live VMI: the VMI fails (virt-handler / VMI controller).
+            self._patch_vmi_status(vmi, with_phase(vmi, "Failed", self.clock()))
+            return None
+        wait = self._step_wait(key)
+        if phase == "":
+            return self._admit(vmi, pods)
+        if wait > 0:
+            return wait
+        if phase == "Pending":
+            self._patch_vmi_status(vmi, with_phase(vmi, "Scheduling", self.clock()))
+        elif phase == "Scheduling":
+            if not self._bind(vmi, pods[0]):
+                return None  # stays unschedulable; every resync tries again
+        elif phase == "Scheduled":
+            now = self.clock()
+            conditions = set_condition(drop_condition(_status(vmi).get("conditions"), "PodScheduled"),
+                                       {"type": "Ready", "status": "True"}, now)
+            self._patch_vmi_status(vmi, dict(with_phase(vmi, "Running", now), conditions=conditions))
+        else:
+            return None
+        self._last_step[key] = time.monotonic()
+        return self.step_delay if phase != "Scheduled" else None
+
+    def _step_wait(self, key: Key) -> float:
+        return max(0.0, self._last_step.get(key, 0.0) + self.step_delay - time.monotonic())
+
+    def _admit(self, vmi: dict, pods: list[dict]) -> float:
+        """A new VMI: the VMI controller adds its finalizer, creates the launcher pod, phase Pending."""
+        meta = _meta(vmi)
+        if not has_finalizer(vmi, VMI_FINALIZER):
+            self._kube.patch(VMIS, meta["namespace"], meta["name"],
+                             _finalizer_patch(vmi, list(meta.get("finalizers") or []) + [VMI_FINALIZER]))
+        if not pods:
+            body = launcher_pod(vmi, self.version_string)
+            body["status"] = {"phase": "Pending"}
+            self._kube.create_pod(meta["namespace"], body)
+        self._patch_vmi_status(vmi, with_phase(vmi, "Pending", self.clock()))
+        self._last_step[(meta["namespace"], meta["name"])] = time.monotonic()
+        return self.step_delay
+
+    def _bind(self, vmi: dict, pod: dict) -> bool:
+        """kube-scheduler for the launcher pod: bind it, or mark the VMI Unschedulable."""
+        now = self.clock()
+        meta = _meta(vmi)
+        node, why = schedule(device_requests(vmi.get("spec") or {}), self.nodes, self._kube.pods())
+        if node is None:
+            unschedulable = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": why}
+            if _condition_is(vmi, "PodScheduled", "False", "Unschedulable") and \
+                    _condition(vmi, "PodScheduled").get("message") == why:
+                return False
+            self._patch_vmi_status(vmi, {"conditions": set_condition(_status(vmi).get("conditions"), unschedulable, now)})
+            self._kube.patch_pod(meta["namespace"], _meta(pod)["name"], {"status": {
+                "phase": "Pending", "conditions": [dict(unschedulable, lastProbeTime=None, lastTransitionTime=rfc3339(now))]}},
+                status=True)
+            return False
+        pod_name = _meta(pod)["name"]
+        self._kube.patch_pod(meta["namespace"], pod_name, {"spec": {"nodeName": node}})
+        self._kube.patch_pod(meta["namespace"], pod_name, {"status": {
+            "phase": "Running", "startTime": rfc3339(now), "hostIP": "10.0.0.1",
+            "conditions": [{"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": rfc3339(now)}
+                           for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")],
+            "containerStatuses": [{"name": "compute", "ready": True, "restartCount": 0, "image": "virt-launcher",
+                                   "imageID": "", "state": {"running": {"startedAt": rfc3339(now)}}}],
+        }}, status=True)
+        status = with_phase(vmi, "Scheduled", now)
+        status["nodeName"] = node
+        status["conditions"] = drop_condition(_status(vmi).get("conditions"), "PodScheduled")
+        # The VMI has no status subresource: the node label and the status go in one write.
+        self._kube.patch(VMIS, meta["namespace"], meta["name"],
+                         {"metadata": {"labels": {NODE_NAME_LABEL: node}}, "status": status})
+        return True
+
+    def _tear_down(self, vmi: dict, pods: list[dict]) -> float | None:
+        """A VMI being deleted: shut the guest down, end and delete the pod, drop the finalizer."""
+        meta, phase = _meta(vmi), vmi_phase(vmi)
+        if phase not in FINAL_PHASES:
+            # virt-handler shuts a running guest down gracefully (Succeeded); a VMI that never
+            # ran fails (the VMI controller).
+            final = "Succeeded" if phase in ("Scheduled", "Running") else "Failed"
+            now = self.clock()
+            status = with_phase(vmi, final, now)
+            status["conditions"] = set_condition(_status(vmi).get("conditions"), {
+                "type": "Ready", "status": "False", "reason": "PodTerminating"}, now)
+            self._patch_vmi_status(vmi, status)
+            return 0.0
+        if pods:
+            for pod in pods:
+                self._finish_pod(pod, "Succeeded" if phase == "Succeeded" else "Failed")
+                self._kube.delete_pod(meta["namespace"], _meta(pod)["name"], _meta(pod).get("uid"))
+            return 0.0
+        if has_finalizer(vmi, VMI_FINALIZER):
+            self._remove_finalizer(VMIS, vmi, VMI_FINALIZER)
+        owner = _owner_name(vmi, "VirtualMachine")
+        if has_finalizer(vmi, VM_CONTROLLER_FINALIZER) and (owner is None or self._kube.get(VMS, meta["namespace"], owner) is None):
+            # No VM controller will ever see this VMI again (its VM is gone): the simulator frees it
+            # rather than leave it stuck, which a real cluster's garbage collector would also end.
+            self._remove_finalizer(VMIS, self._kube.get(VMIS, meta["namespace"], meta["name"]) or vmi,
+                                   VM_CONTROLLER_FINALIZER)
+        self._last_step.pop((meta["namespace"], meta["name"]), None)
+        return None
+
+    def _finish_pod(self, pod: dict, phase: str) -> None:
+        if _status(pod).get("phase") == phase:
+            return
+        now = rfc3339(self.clock())
+        reason, code = ("Completed", 0) if phase == "Succeeded" else ("Error", 1)
+        self._kube.patch_pod(_meta(pod)["namespace"], _meta(pod)["name"], {"status": {
+            "phase": phase,
+            "conditions": [{"type": t, "status": "False", "reason": "PodCompleted", "lastProbeTime": None,
+                            "lastTransitionTime": now} for t in ("Ready", "ContainersReady")],
+            "containerStatuses": [{"name": "compute", "ready": False, "restartCount": 0, "image": "virt-launcher",
+                                   "imageID": "", "state": {"terminated": {
+                                       "exitCode": code, "reason": reason, "startedAt": now, "finishedAt": now}}}],
+        }}, status=True)
+
+    def _patch_vmi_status(self, vmi: Mapping, status: Mapping) -> None:
+        # The VMI CRD has no status subresource: virt-handler writes the VMI itself.
+        meta = _meta(vmi)
+        self._kube.patch(VMIS, meta["namespace"], meta["name"], {"status": dict(status)})
+
+    # -- guest actions, run on the worker
+    def _guest_exit(self, ns: str, name: str, phase: str) -> None:
+        vmi = self._kube.get(VMIS, ns, name)
+        if vmi is None:
+            raise LookupError(f"VMI {ns}/{name} does not exist; a guest can only stop in a VMI that exists.")
+        if vmi_phase(vmi) != "Running":
+            raise RuntimeError(f"VMI {ns}/{name} is {vmi_phase(vmi) or 'new'}, not Running; "
+                               "wait for Running (kv.wait_idle()) before acting as the guest.")
+        now = self.clock()
+        status = with_phase(vmi, phase, now)
+        status["conditions"] = set_condition(_status(vmi).get("conditions"), {
+            "type": "Ready", "status": "False", "reason": "PodTerminating"}, now)
+        self._patch_vmi_status(vmi, status)
+        for pod in self._kube.pods(ns, f"{CREATED_BY_LABEL}={_meta(vmi)['uid']}"):
+            self._finish_pod(pod, phase)
+        self._enqueue((ns, name))
+        self._resync_now.set()  # devices were freed: blocked VMIs may schedule now
+
+    def _rewrite_phase_time(self, ns: str, name: str, phase: str, when: datetime) -> None:
+        vmi = self._kube.get(VMIS, ns, name)
+        if vmi is None:
+            raise LookupError(f"VMI {ns}/{name} does not exist.")
+        stamps = [dict(s) for s in _status(vmi).get("phaseTransitionTimestamps") or []]
+        hits = [s for s in stamps if s.get("phase") == phase]
+        if hits:
+            hits[-1]["phaseTransitionTimestamp"] = rfc3339(when)
+        else:
+            stamps.append({"phase": phase, "phaseTransitionTimestamp": rfc3339(when)})
+        self._patch_vmi_status(vmi, {"phaseTransitionTimestamps": stamps})
+        self._enqueue((ns, name))
+
+    # -- resync and watches (they only enqueue keys)
+    def _resync_loop(self) -> None:
+        while not self._stop.is_set():
+            self._resync_now.wait(timeout=self.resync_period)
+            self._resync_now.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self._enqueue_all()
+            except Exception as exc:  # noqa: BLE001 - the next resync tries again
+                log.debug("resync failed: %s", exc)
+
+    def _watch_loop(self, kind: str, kube: _Kube) -> None:
+        while not self._stop.is_set():
+            try:
+                if kind == "pod":
+                    resp = kube.core.list_pod_for_all_namespaces(
+                        label_selector="kubevirt.io=virt-launcher", watch=True, _preload_content=False)
+                else:
+                    resp = kube.custom.list_cluster_custom_object(
+                        GROUP, API_VERSION, VMS if kind == "vm" else VMIS, watch=True, _preload_content=False)
+            except Exception as exc:  # noqa: BLE001 - server down or faulty: retry
+                log.debug("watch %s could not start: %s", kind, exc)
+                self._stop.wait(0.2)
+                continue
+            with self._cond:
+                self._watch_responses.add(resp)
+            try:
+                self._consume(kind, resp)
+            except Exception as exc:  # noqa: BLE001 - stream broke: re-watch (resync covers the gap)
+                log.debug("watch %s ended: %s", kind, exc)
+            finally:
+                with self._cond:
+                    self._watch_responses.discard(resp)
+                _interrupt(resp)
+            self._stop.wait(0.05)
+
+    def _consume(self, kind: str, resp: Any) -> None:
+        from kubernetes.watch.watch import iter_resp_lines
+
+        for line in iter_resp_lines(resp):
+            if self._stop.is_set():
+                return
+            if not line:
+                continue
+            event = json.loads(line)
+            obj = event.get("object") or {}
+            if event.get("type") == "ERROR":
+                return
+            meta = _meta(obj)
+            if kind == "pod":
+                owner = _owner_name(obj, "VirtualMachineInstance")
+                if owner:
+                    self._enqueue((meta.get("namespace", ""), owner))
+                if event.get("type") == "DELETED" or _status(obj).get("phase") in FINAL_POD_PHASES:
+                    self._resync_now.set()  # devices freed
+            elif meta.get("name"):
+                self._enqueue((meta.get("namespace", ""), meta["name"]))
+
+
+def _finalizer_patch(obj: Mapping, finalizers: list[str]) -> list[dict]:
+    """JSON patch replacing the finalizers, guarded by a test of the old list (as KubeVirt does)."""
+    old = _meta(obj).get("finalizers")
+    ops: list[dict] = []
+    if old is None:
+        ops.append({"op": "add", "path": "/metadata/finalizers", "value": finalizers})
+    else:
+        ops.append({"op": "test", "path": "/metadata/finalizers", "value": old})
+        ops.append({"op": "replace", "path": "/metadata/finalizers", "value": finalizers})
+    return ops
+
+
+def _interrupt(resp: Any) -> None:
+    """Unblock a thread reading a watch stream (urllib3 ≥ 2.3 has shutdown()), then close it."""
+    for name in ("shutdown", "close", "release_conn"):
+        try:
+            getattr(resp, name, lambda: None)()
+        except Exception:  # noqa: BLE001 - best effort
+            pass
