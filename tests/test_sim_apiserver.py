@@ -12,9 +12,11 @@ import time
 
 import pytest
 import urllib3
+import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
+from tests.sim import paths, schemas
 from tests.sim.apiserver import SimCluster
 
 pytestmark = pytest.mark.timeout(30)
@@ -207,8 +209,10 @@ def test_watch_from_a_resource_version_streams_only_later_changes(cluster, custo
     vmi = cluster.create(make_vmi("vm1"))
     cluster.patch("kubevirt.io/v1", "VirtualMachineInstance", "default", "vm1", {"status": {"phase": "Succeeded"}})
     cluster.delete("kubevirt.io/v1", "VirtualMachineInstance", "default", "vm1")
-    events = list(watch.Watch().stream(custom.list_cluster_custom_object, *KV, "virtualmachineinstances",
-                                       resource_version=vmi["metadata"]["resourceVersion"], timeout_seconds=1))
+    stream = watch.Watch().stream(custom.list_cluster_custom_object, *KV, "virtualmachineinstances",
+                                  resource_version=vmi["metadata"]["resourceVersion"], timeout_seconds=5)
+    events = [next(stream), next(stream)]
+    stream.close()
     assert [(e["type"], e["object"]["status"]["phase"]) for e in events] == [("MODIFIED", "Succeeded"),
                                                                              ("DELETED", "Succeeded")]
 
@@ -238,9 +242,10 @@ def test_watch_from_a_compacted_resource_version_gets_410_gone(cluster, custom):
 def test_watch_with_a_label_selector_sees_objects_leave_the_selection(cluster, core):
     pod = cluster.create(make_pod("p", labels={"kubevirt.io": "virt-launcher"}))
     cluster.patch("v1", "Pod", "default", "p", {"metadata": {"labels": {"kubevirt.io": None}}})
-    events = list(watch.Watch().stream(core.list_pod_for_all_namespaces, label_selector="kubevirt.io=virt-launcher",
-                                       resource_version=pod["metadata"]["resourceVersion"], timeout_seconds=1))
-    assert [e["type"] for e in events] == ["DELETED"]
+    stream = watch.Watch().stream(core.list_pod_for_all_namespaces, label_selector="kubevirt.io=virt-launcher",
+                                  resource_version=pod["metadata"]["resourceVersion"], timeout_seconds=5)
+    assert next(stream)["type"] == "DELETED"
+    stream.close()
 
 
 def test_stop_ends_open_watches_and_frees_the_port():
@@ -374,6 +379,29 @@ def test_schema_prunes_unknown_fields_and_checks_longhorn_kinds(cluster, custom)
             "apiVersion": "longhorn.io/v1beta2", "kind": "Volume", "metadata": {"name": "pvc-1"},
             "spec": {"numberOfReplicas": "three"}})
     assert status_of(invalid.value)["details"]["causes"][0]["field"] == "spec.numberOfReplicas"
+
+
+@pytest.mark.parametrize("version, release", [("1.1.1", "v1.3.1"), ("1.3.1", "v1.3.1"), ("1.4.0", "v1.8.3"),
+                                              ("1.8.3", "v1.8.3")])
+def test_kubevirt_schema_follows_the_cluster_version(version, release):
+    assert schemas.kubevirt_schema_dir(version).parent.name == release
+
+
+def test_upstream_pcidevice_sample_is_accepted(cluster):
+    sample = yaml.safe_load((paths.REFERENCE_DIR / "harvester-pcidevices" / "sample-pcidevice.yaml").read_text())
+    stored = cluster.create(sample)
+    assert stored["status"]["resourceName"] == "intel.com/ETHERNET_CONNECTION_11_I219LM"
+    assert cluster.list("devices.harvesterhci.io/v1beta1", "PCIDevice")[0]["metadata"]["name"] == "pcidevice-sample"
+
+
+def test_events_keep_count_and_timestamps_as_given(core):
+    core.create_namespaced_event("default", {
+        "metadata": {"name": "vm1.cleanup"}, "reason": "VMICleaned", "type": "Normal", "count": 3,
+        "firstTimestamp": "2024-02-21T01:47:04Z", "lastTimestamp": "2024-02-21T02:00:00Z",
+        "involvedObject": {"kind": "VirtualMachine", "namespace": "default", "name": "vm1"}})
+    found = core.list_namespaced_event("default", field_selector="involvedObject.name=vm1").items
+    assert [(e.count, e.first_timestamp.isoformat(), e.last_timestamp.isoformat()) for e in found] == \
+        [(3, "2024-02-21T01:47:04+00:00", "2024-02-21T02:00:00+00:00")]
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ pkg/registry/generic/registry/store.go unless a comment says otherwise.
 """
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import random
@@ -16,7 +17,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from tests.sim import patches, selectors
 
@@ -513,20 +514,14 @@ def _apply_patch(patch_type: str, current: dict, patch: Any) -> dict:
 
 
 def _encode_continue(last_key: tuple, rv: str) -> str:
-    import base64
     raw = json.dumps({"v": "sim/1", "rv": rv, "start": list(last_key)})
     return base64.urlsafe_b64encode(raw.encode()).decode()
 
 
 def _decode_continue(token: str) -> tuple:
-    import base64
     try:
         data = json.loads(base64.urlsafe_b64decode(token.encode()))
         return tuple(data["start"])
     except (ValueError, KeyError, TypeError):
         # storage.ErrCodeInvalidObj path in the real server: a malformed continue is a 400.
         raise bad_request("continue key is not valid: incorrect encoded start resourceVersion (version sim/1)")
-
-
-def iter_types() -> Iterable[ResourceType]:
-    return iter(RESOURCES)
