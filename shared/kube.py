@@ -18,6 +18,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
+from urllib3 import Retry
 from urllib3.exceptions import HTTPError as TransportError
 
 from shared.errors import PermanentError, TemporaryError
@@ -187,19 +188,29 @@ class Kube:
         return self.request("POST", kind.path(namespace), body=body)
 
 
+def _configuration() -> k8s.Configuration:
+    configuration = k8s.Configuration()
+    # Retry a failed connection at once, but never sleep on a 429/503 Retry-After inside a handler:
+    # the answer goes back to the broker as a 5xx and the broker's backoff does the waiting.
+    configuration.retries = Retry(total=2, connect=2, read=0, status=0, redirect=0,
+                                  respect_retry_after_header=False)
+    return configuration
+
+
 def connect() -> Kube:
     """In-cluster configuration when running in a pod, else KUBECONFIG / ~/.kube/config.
 
     Raises RuntimeError with what to do when neither is there: a function that cannot reach the
     API must not start and pretend to work.
     """
+    configuration = _configuration()
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        configuration = k8s.Configuration()
         k8s_config.load_incluster_config(client_configuration=configuration)
         return Kube(k8s.ApiClient(configuration))
     try:
         # Pass KUBECONFIG explicitly: the client reads it at import time otherwise.
-        return Kube(k8s_config.new_client_from_config(config_file=os.environ.get("KUBECONFIG") or None))
+        return Kube(k8s_config.new_client_from_config(config_file=os.environ.get("KUBECONFIG") or None,
+                                                      client_configuration=configuration))
     except (k8s_config.ConfigException, OSError) as exc:
         raise RuntimeError(f"no Kubernetes configuration: not in a cluster and no usable KUBECONFIG ({exc}); "
                            f"set KUBECONFIG to a kubeconfig file.") from None

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 from shared import kubevirt as kv
 from shared.errors import BadEvent, TemporaryError
-from shared.intake import Incoming
+from shared.intake import RESOURCE_PREFIX, Incoming
 from shared.kube import KUBEVIRT, VM, VMI, VMIM, Conflict
 from shared.replies import Reply, reply_type
 from shared.runtime import Context, Outcome
@@ -231,6 +231,18 @@ def _refuse_kind(event: Incoming, kind: str) -> None:
                    f"virt-launcher Pod events")
 
 
+def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) -> bool:
+    """The cheap pre-check on raw bytes: a Resource-mode VMI or launcher-pod event whose JSON names
+    no final phase anywhere cannot concern a cleanup, so it is not decoded at all. It can only err
+    towards decoding (a final phase mentioned elsewhere in the object); a missed event would still
+    be caught by the next re-scan."""
+    if not headers.get("ce-type", "").startswith(RESOURCE_PREFIX):
+        return True
+    if headers.get("ce-kind") not in ("VirtualMachineInstance", "Pod"):
+        return True
+    return any(b'"%s"' % phase.encode() in body for phase in settings.phases)
+
+
 # -- fetch, decide, act ---------------------------------------------------------------------------
 def on_event(event: Incoming, ctx: Context) -> Outcome:
     if event.family == "ping":
@@ -345,12 +357,12 @@ def _report(decision: Decision, vmi: dict, vm: dict | None, ctx: Context, action
 def event_message(action: str, vmi: dict, decision: Decision) -> str:
     """One sentence per action; stable for the same action on the same VMI so Events deduplicate."""
     name = f"{kv.meta(vmi)['namespace']}/{kv.meta(vmi)['name']}"
-    phase = kv.phase(vmi)
-    verb = {"delete-vmi": f"Deleted VMI {name}", "halt-vm": f"Halted the VM (runStrategy "
-            f"{decision.run_strategy} → Halted) so KubeVirt removes VMI {name}"}
-    done = verb["delete-vmi" if action.endswith("delete-vmi") else "halt-vm"]
-    prefix = "Dry run: would have " + done[0].lower() + done[1:] if action.startswith("would-") else done
-    return f"{prefix}, left in phase {phase}: {decision.reason}."
+    if decision.action is Action.DELETE_VMI:
+        done = f"deleted VMI {name}"
+    else:
+        done = f"halted the VM (runStrategy {decision.run_strategy} → Halted) so KubeVirt removes VMI {name}"
+    said = f"Dry run: would have {done}" if action.startswith("would-") else done[0].upper() + done[1:]
+    return f"{said}, left in phase {kv.phase(vmi)}: {decision.reason}."
 
 
 # -- the periodic re-scan -------------------------------------------------------------------------

@@ -3,10 +3,10 @@
 Settings are read and the Kubernetes client configured here, once, when the server starts; a bad
 setting stops the start with a message naming the variable.
 """
-from functions.vmi_cleanup.cleanup import FUNCTION, Settings, on_event
+from functions.vmi_cleanup.cleanup import FUNCTION, Settings, on_event, worth_decoding
 from shared.runtime import start
 
-app = start(FUNCTION, on_event, Settings.from_env)
+app = start(FUNCTION, on_event, Settings.from_env, prefilter=worth_decoding)
 
 
 def handle(request):
