@@ -315,7 +315,6 @@ class Cluster:
         from tests.sim.apiserver import SimCluster
 
         self.sim = SimCluster().start()
-        self.nodelay = _no_delay(self.sim)
 
     def kubeconfig(self) -> str:
         return str(self.sim.kubeconfig(service_account=SERVICE_ACCOUNT))
@@ -340,27 +339,6 @@ class Cluster:
 
     def stop(self) -> None:
         self.sim.stop()
-
-
-def _no_delay(sim: Any) -> bool:
-    """Set TCP_NODELAY on the simulated API server's connections, as Go's net/http does on every real one.
-
-    The simulator answers with two writes (headers, then body); without TCP_NODELAY Nagle holds the
-    body until the client's delayed ACK, ~40 ms per call, and the relevant-event numbers would measure
-    that stall rather than the function. Scoped to this server instance; False when it cannot be done.
-    """
-    server = getattr(sim, "_server", None)
-    base = getattr(server, "RequestHandlerClass", None)
-    if base is None:
-        return False
-
-    class NoDelay(base):
-        def setup(self):
-            super().setup()
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    server.RequestHandlerClass = NoDelay
-    return True
 
 
 # -- the measurements ----------------------------------------------------------------------------
@@ -423,11 +401,10 @@ def run_bench(config: Config, workdir: Path, stack: contextlib.ExitStack,
     report = Report(generator=generator.name, settings={
         "load": generator.describe(config.load), "rounds": config.rounds, "warmup_s": config.warmup.seconds,
         "relevant_s": config.relevant.seconds, "startups": config.startups, "cpus": os.cpu_count(),
-        "event_bytes": 0, "sim_tcp_nodelay": False})
+        "event_bytes": 0})
     cluster = Cluster()
     stack.callback(cluster.stop)
     kubeconfig = cluster.kubeconfig()
-    report.settings["sim_tcp_nodelay"] = cluster.nodelay
 
     vm = cluster.create(make_vm("bench-running"))
     running = make_vmi("bench-running", vm=vm)
@@ -535,7 +512,7 @@ def render(report: Report) -> str:
     rel = report.relevant
     lines += [
         f"relevant, not yet due (Succeeded VMI update, CLEANUP_AFTER 10m; {s['relevant_s']}s; "
-        f"simulated API server{' with TCP_NODELAY' if s['sim_tcp_nodelay'] else ''})",
+        "simulated API server)",
         f"  {'vmi-cleanup':<24}{rel['per_second']:>10.1f}{rel['p50_ms']:>9.2f}{rel['p99_ms']:>9.2f}"
         f"{rel['requests']:>10}{rel['failed']:>9}",
         f"  Kubernetes API calls per event: {rel['api_calls_per_event']} ({rel['api_calls']} calls); "

@@ -517,15 +517,8 @@ class _Kube:
         self.core = client.CoreV1Api(api_client)
         self._on_write = on_write
 
-    def _fresh(self) -> None:
-        # One connection per request: on a kept-alive loopback connection to the simulated API
-        # server each small answer waits ~40 ms for a delayed ACK (the server writes headers and
-        # body separately with Nagle on); a fresh connection answers in a few ms.
-        self.api_client.rest_client.pool_manager.clear()
-
     # -- KubeVirt objects
     def get(self, plural: str, ns: str, name: str) -> dict | None:
-        self._fresh()
         try:
             return self.custom.get_namespaced_custom_object(GROUP, API_VERSION, ns, plural, name)
         except Exception as exc:  # noqa: BLE001 - 404 is an answer, the rest propagates
@@ -534,11 +527,9 @@ class _Kube:
             raise
 
     def list(self, plural: str) -> list[dict]:
-        self._fresh()
         return self.custom.list_cluster_custom_object(GROUP, API_VERSION, plural).get("items") or []
 
     def create(self, plural: str, ns: str, body: dict) -> dict | None:
-        self._fresh()
         self._on_write()
         try:
             return self.custom.create_namespaced_custom_object(GROUP, API_VERSION, ns, plural, body)
@@ -548,7 +539,6 @@ class _Kube:
             raise
 
     def patch(self, plural: str, ns: str, name: str, body: Any, *, status: bool = False) -> dict | None:
-        self._fresh()
         self._on_write()
         ctype = JSON_PATCH if isinstance(body, list) else MERGE_PATCH
         fn = self.custom.patch_namespaced_custom_object_status if status else self.custom.patch_namespaced_custom_object
@@ -561,7 +551,6 @@ class _Kube:
             raise
 
     def delete(self, plural: str, ns: str, name: str, uid: str | None = None) -> bool:
-        self._fresh()
         from kubernetes import client
 
         self._on_write()
@@ -576,7 +565,6 @@ class _Kube:
 
     # -- launcher pods
     def pods(self, ns: str | None = None, selector: str = "kubevirt.io=virt-launcher") -> list[dict]:
-        self._fresh()
         if ns is None:
             resp = self.core.list_pod_for_all_namespaces(label_selector=selector, _preload_content=False)
         else:
@@ -584,12 +572,10 @@ class _Kube:
         return json.loads(resp.data).get("items") or []
 
     def create_pod(self, ns: str, body: dict) -> None:
-        self._fresh()
         self._on_write()
         self.core.create_namespaced_pod(ns, body)
 
     def patch_pod(self, ns: str, name: str, body: dict, *, status: bool = False) -> None:
-        self._fresh()
         self._on_write()
         fn = self.core.patch_namespaced_pod_status if status else self.core.patch_namespaced_pod
         try:
@@ -599,7 +585,6 @@ class _Kube:
                 raise
 
     def delete_pod(self, ns: str, name: str, uid: str | None = None) -> None:
-        self._fresh()
         from kubernetes import client
 
         self._on_write()
@@ -613,7 +598,6 @@ class _Kube:
 
     # -- Events (best effort, as the real recorder: a failure is logged, never fatal)
     def record(self, obj: Mapping, etype: str, reason: str, message: str, component: str, now: datetime) -> None:
-        self._fresh()
         meta = _meta(obj)
         stamp = rfc3339(now)
         event = {
