@@ -30,17 +30,28 @@ class Timeline:
     def __init__(self):
         self.started = time.monotonic()
         self.irrelevant = 0
+        self.repeats = 0
+        self._seen: set[tuple] = set()
 
     def line(self, tag: str, text: str) -> None:
         with _print_lock:
             print(f"  {time.monotonic() - self.started:7.2f}s  {tag:<8} {text}", flush=True)
 
+    def once(self, key: tuple, tag: str, text: str) -> None:
+        """Print a decision the first time only: the same update arrives several times (duplicates,
+        status churn), and each answer is the same."""
+        if key in self._seen:
+            self.repeats += 1
+            return
+        self._seen.add(key)
+        self.line(tag, text)
+
     def on_delivery(self, delivery) -> None:
         if delivery.dead_lettered:
             self.line("dead", f"{delivery.type} {delivery.subject or ''} → dead-letter sink")
         elif delivery.reply_type:
-            self.line("reply", f"{delivery.reply_type} (answering {delivery.type.rsplit('.', 1)[-1]} "
-                               f"{_short(delivery.subject)})")
+            answering = "a tick" if delivery.type.endswith(".ping") else f"an update of {_short(delivery.subject)}"
+            self.line("reply", f"{delivery.reply_type} back into the broker (answering {answering})")
         elif delivery.status is not None and delivery.status >= 300 or delivery.error:
             self.line("retry", f"{delivery.trigger}: {delivery.status or delivery.error} for "
                                f"{_short(delivery.subject)}, the broker will redeliver")
@@ -58,10 +69,16 @@ class Timeline:
             self.irrelevant += 1
             return
         what = record["event_type"] or ""
-        source = "tick" if what.endswith(".ping") else what.rsplit(".", 1)[-1]
+        source = "tick" if what.endswith(".ping") else f"{what.rsplit('.', 1)[-1]} {_short(record['subject'])}"
         action = f" → {record['action']}" if record["action"] != "none" else ""
-        self.line("decide", f"{function} [{source} {_short(record['subject'])}] {record['decision']}{action}: "
-                            f"{record['reason']}")
+        self.once((function, record["subject"], record["decision"], record["reason"]), "decide",
+                  f"{function} [{source}] {record['decision']}{action}: {record['reason']}")
+
+    def on_kube_event(self, event: dict) -> None:
+        involved = event["involvedObject"]
+        self.once(("event", event["metadata"]["name"], event.get("count")), "Event",
+                  f"{event['type']} {event['reason']} on {involved['kind']} {involved.get('namespace')}/"
+                  f"{involved['name']}" + (f" (count {event['count']})" if event.get("count", 1) > 1 else ""))
 
 
 def _short(subject: str | None) -> str:
@@ -90,7 +107,7 @@ def _vm(name: str, run_strategy: str, annotations: dict | None = None) -> dict:
 
 CAST = [
     ("vm8", "RerunOnFailure", None, "Harvester's default run strategy, powered off from inside (the seed)"),
-    ("vm-optout", "RerunOnFailure", {"vmevents.io/skip-cleanup": "true"}, "the same, but opted out"),
+    ("vm-optout", "Once", {"vmevents.io/skip-cleanup": "true"}, "run strategy Once, opted out by annotation"),
     ("vm-manual", "Manual", None, "run strategy Manual"),
     ("vm-once", "Once", None, "run strategy Once"),
 ]
@@ -125,9 +142,11 @@ def play(version: str, harvester: str) -> None:
         for name, *_ in CAST:
             kubevirt.guest_power_off("default", name)
             timeline.line("poweroff", f"the guest of {name} ran `poweroff`: VMI Succeeded, launcher pod Completed")
-        _wait(lambda: all(_settled(cluster, name, annotations) for name, _, annotations, _ in CAST), 30)
-        time.sleep(PING_INTERVAL)  # one more tick: nothing further happens
+        _wait(lambda: _report_events(cluster, timeline) and
+              all(_settled(cluster, name, annotations) for name, _, annotations, _ in CAST), 30)
+        time.sleep(PING_INTERVAL * 1.5)  # one more tick: nothing further happens
         knative.wait_idle(10)
+        _report_events(cluster, timeline)
         _summary(cluster, timeline)
     finally:
         if knative:
@@ -155,6 +174,17 @@ def _settled(cluster, name: str, annotations: dict | None) -> bool:
     return _phase(cluster, name) is None
 
 
+def _vmevents_events(cluster) -> list[dict]:
+    return [e for e in cluster.list("v1", "Event", "default")
+            if (e.get("source") or {}).get("component") == "vmi-cleanup"]
+
+
+def _report_events(cluster, timeline: Timeline) -> bool:
+    for event in _vmevents_events(cluster):
+        timeline.on_kube_event(event)
+    return True
+
+
 def _wait(predicate, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not predicate():
@@ -165,11 +195,15 @@ def _summary(cluster, timeline: Timeline) -> None:
     print(f"\n  {'VM':<11} {'runStrategy now':<16} {'VMI':<10} Events recorded by vmevents")
     for name, *_ in CAST:
         vm = cluster.get("kubevirt.io/v1", "VirtualMachine", "default", name)
-        events = [e for e in cluster.list("v1", "Event", "default")
-                  if e["involvedObject"]["name"] == name and (e.get("source") or {}).get("component") == "vmi-cleanup"]
-        notes = "; ".join(f"{e['type']} {e['reason']}: {e['message']}" for e in events) or "—"
+        events = [e for e in _vmevents_events(cluster) if e["involvedObject"]["name"] == name]
+        notes = "; ".join(f"{e['type']} {e['reason']}: {e['message']}" for e in events)
+        if not notes and _phase(cluster, name) is None:
+            notes = "— (KubeVirt removed the VMI itself: RerunOnFailure on KubeVirt >= 1.2)"
+        elif not notes:
+            notes = "— (opted out: the VMI stays)"
         print(f"  {name:<11} {vm['spec'].get('runStrategy', ''):<16} {_phase(cluster, name) or 'gone':<10} {notes}")
-    print(f"  ({timeline.irrelevant} irrelevant or already-settled events answered without action)")
+    print(f"  ({timeline.irrelevant} irrelevant or already-gone events answered without an API write; "
+          f"{timeline.repeats} repeated decisions not shown)")
 
 
 def watch_real_cluster(kubeconfig: str) -> None:
