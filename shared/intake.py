@@ -10,6 +10,7 @@ every event, and each failure must become a sentence an operator can act on.
 from __future__ import annotations
 
 import orjson
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ REF_PREFIX = "dev.knative.apiserver.ref."
 PING = "dev.knative.sources.ping"
 OPERATIONS = ("add", "update", "delete")
 _REQUIRED = ("id", "source", "type")
+_CONTEXT = frozenset({"specversion", "id", "source", "type", "subject", "time", "datacontenttype", "dataschema"})
 _STRUCTURED = "application/cloudevents+json"
 
 
@@ -95,19 +97,28 @@ def wsgi_headers(environ: dict) -> dict[str, str]:
     return headers
 
 
-def parse(headers, body: bytes, *, decode_data: bool = True) -> Incoming:
-    """Parse a CloudEvent from HTTP headers (case-insensitive mapping) and body. Raises BadEvent.
-
-    decode_data=False checks the binary-mode envelope but leaves the data undecoded (None): for an
-    event a function already knows it will not act on.
-    """
+def parse(headers, body: bytes) -> Incoming:
+    """Parse a CloudEvent from HTTP headers (case-insensitive mapping) and body. Raises BadEvent."""
     content_type = (headers.get("Content-Type") or "").split(";")[0].strip().lower()
     if content_type == _STRUCTURED:
         return _structured(body)
     if headers.get("ce-specversion") is not None:
-        return _binary(headers, body if decode_data else b"", content_type)
+        return _binary(headers, body, content_type)
     raise BadEvent("not a CloudEvent: send ce-* headers (binary mode) or a body of type "
                    "application/cloudevents+json (structured mode)")
+
+
+def check_binary(headers) -> None:
+    """Check a binary-mode envelope without building the event (raises BadEvent)."""
+    _check(lambda name: headers.get("ce-" + name))
+
+
+def _check(attribute: Callable[[str], Any]) -> None:
+    if attribute("specversion") != "1.0":
+        raise BadEvent(f"unsupported CloudEvents specversion {attribute('specversion')!r}; send 1.0")
+    missing = [name for name in _REQUIRED if not isinstance(attribute(name), str) or not attribute(name)]
+    if missing:
+        raise BadEvent(f"CloudEvent is missing required attribute(s): {', '.join(missing)}")
 
 
 def _binary(headers, body: bytes, content_type: str) -> Incoming:
@@ -141,12 +152,7 @@ def _decode_data(body: bytes, content_type: str, event_id: str) -> Any:
 
 
 def _build(attributes: dict[str, Any], data: Any) -> Incoming:
-    if attributes.get("specversion") != "1.0":
-        raise BadEvent(f"unsupported CloudEvents specversion {attributes.get('specversion')!r}; send 1.0")
-    missing = [name for name in _REQUIRED if not isinstance(attributes.get(name), str) or not attributes[name]]
-    if missing:
-        raise BadEvent(f"CloudEvent is missing required attribute(s): {', '.join(missing)}")
-    known = {"specversion", "id", "source", "type", "subject", "time", "datacontenttype", "dataschema"}
-    extensions = {key: str(value) for key, value in attributes.items() if key not in known}
+    _check(attributes.get)
+    extensions = {key: str(value) for key, value in attributes.items() if key not in _CONTEXT}
     return Incoming(id=attributes["id"], type=attributes["type"], source=attributes["source"],
                     subject=attributes.get("subject"), data=data, extensions=extensions)

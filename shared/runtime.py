@@ -9,6 +9,7 @@ in exactly one place: `shared.errors.http_answer`.
 """
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import sys
@@ -80,23 +81,28 @@ class FunctionApp:
         if request.method != "POST":  # a probe or a person: say who we are, change nothing
             return flask.Response(status=200 if request.method in ("GET", "HEAD") else 405)
         started = time.perf_counter()
-        event = None
+        headers, event = {}, None
         try:
+            # get_data() caches: functions-framework reads the body again after every request.
             headers, body = intake.wsgi_headers(request.environ), request.get_data()
             if self.prefilter and not self.prefilter(headers, body, self.context.settings):
-                event = intake.parse(headers, body, decode_data=False)
-                outcome = Outcome("irrelevant", subject=event.subject)
+                intake.check_binary(headers)  # a valid envelope; the data is not even decoded
+                outcome = IRRELEVANT
             else:
                 event = intake.parse(headers, body)
                 outcome = self.on_event(event, self.context)
             response = self._respond(outcome)
         except Exception as exc:  # noqa: BLE001 - every failure must become an HTTP answer
-            status, headers, body = http_answer(exc)
+            status, error_headers, error_body = http_answer(exc)
             outcome = Outcome(decision="error", reason=exc.message if isinstance(exc, VmeventsError) else repr(exc))
-            response = flask.Response(body, status=status, headers=headers)
+            response = flask.Response(error_body, status=status, headers=error_headers)
             if not isinstance(exc, VmeventsError):
                 logging.getLogger("vmevents").exception("unexpected error handling event")
-        self._log(event, outcome, response.status_code, started)
+        if event is not None:
+            self._log(event.id, event.type, outcome.subject or event.subject, outcome, response.status_code, started)
+        else:
+            self._log(headers.get("ce-id"), headers.get("ce-type"), headers.get("ce-subject"), outcome,
+                      response.status_code, started)
         return response
 
     def _respond(self, outcome: Outcome) -> flask.Response:
@@ -105,19 +111,17 @@ class FunctionApp:
         headers, body = outcome.reply.headers_and_body(self.name)
         return flask.Response(body, status=200, headers=headers)
 
-    def _log(self, event: intake.Incoming | None, outcome: Outcome, status: int, started: float) -> None:
+    def _log(self, event_id: str | None, event_type: str | None, subject: str | None, outcome: Outcome,
+             status: int, started: float) -> None:
         write_line({
-            "function": self.name,
-            "event_id": event.id if event else None,
-            "event_type": event.type if event else None,
-            "subject": outcome.subject or (event.subject if event else None),
-            "decision": outcome.decision,
-            "action": outcome.action,
-            "reason": outcome.reason,
-            "outcome": status,
+            "function": self.name, "event_id": event_id, "event_type": event_type, "subject": subject,
+            "decision": outcome.decision, "action": outcome.action, "reason": outcome.reason, "outcome": status,
             "reply": outcome.reply.type if outcome.reply else None,
             "duration_ms": round((time.perf_counter() - started) * 1000, 3),
         })
+
+
+IRRELEVANT = Outcome("irrelevant")
 
 
 def start(name: str, on_event: Handler, load_settings: Callable[[Mapping[str, str]], Any],
@@ -132,4 +136,8 @@ def start(name: str, on_event: Handler, load_settings: Callable[[Mapping[str, st
     except (SettingsError, RuntimeError) as exc:
         sys.stderr.write(f"{name}: cannot start: {exc}\n")
         raise SystemExit(2) from None
-    return FunctionApp(name, on_event, settings, kube, prefilter=prefilter)
+    app = FunctionApp(name, on_event, settings, kube, prefilter=prefilter)
+    # Everything loaded so far (the kubernetes client alone is a few hundred thousand objects) lives
+    # as long as the process: keep the cyclic GC from re-scanning it while events stream in.
+    gc.freeze()
+    return app

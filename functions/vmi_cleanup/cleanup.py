@@ -64,6 +64,15 @@ class Settings:
     def phases(self) -> tuple[str, ...]:
         return kv.FINAL_PHASES if self.cleanup_failed else ("Succeeded",)
 
+    @property
+    def phase_tokens(self) -> tuple[bytes, ...]:
+        """How the phases this function acts on appear in an object's JSON."""
+        return _FAILED_TOKENS if self.cleanup_failed else _SUCCEEDED_TOKENS
+
+
+_SUCCEEDED_TOKENS = (b'"Succeeded"',)
+_FAILED_TOKENS = (b'"Succeeded"', b'"Failed"')
+
 
 # -- decide (pure) --------------------------------------------------------------------------------
 class Action(str, enum.Enum):
@@ -240,7 +249,7 @@ def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) 
         return True
     if headers.get("ce-kind") not in ("VirtualMachineInstance", "Pod"):
         return True
-    return any(b'"%s"' % phase.encode() in body for phase in settings.phases)
+    return any(token in body for token in settings.phase_tokens)
 
 
 # -- fetch, decide, act ---------------------------------------------------------------------------

@@ -3,8 +3,8 @@
 Without KUBECONFIG it plays the story of the Harvester issue on the simulated cluster (a
 simulator, not Kubernetes): guests power themselves off and vmi-cleanup decides what to do, on an
 old KubeVirt (1.1.1, Harvester 1.2/1.3) and a new one (1.3.1, Harvester 1.4). With KUBECONFIG it
-runs the same functions, broker and sources against that cluster until Ctrl-C (the functions then
-act with the kubeconfig's credentials, so think of CLEANUP_DRY_RUN=true there).
+runs the same functions, broker and sources against that cluster until Ctrl-C, in dry run unless
+VMEVENTS_ACT=true (the functions then act with the kubeconfig's own credentials).
 """
 from __future__ import annotations
 
@@ -206,16 +206,24 @@ def _summary(cluster, timeline: Timeline) -> None:
           f"{timeline.repeats} repeated decisions not shown)")
 
 
-def watch_real_cluster(kubeconfig: str) -> None:
+def watch_real_cluster(kubeconfig: str, act: bool) -> None:
+    """Run the functions locally against a real cluster, with the kubeconfig's own credentials.
+
+    Dry run unless VMEVENTS_ACT=true: `make run` is a way to look, and a person who points it at a
+    cluster should not find VMIs deleted by surprise.
+    """
     from kubernetes import config
 
     client = config.new_client_from_config(config_file=kubeconfig)
-    print(f"=== watching the cluster of {kubeconfig} ({client.configuration.host}); Ctrl-C to stop ===")
+    mode = "ACTING (VMEVENTS_ACT=true)" if act else "dry run (set VMEVENTS_ACT=true to act)"
     timeline = Timeline()
     knative = LocalKnative(load_manifests(DEPLOY_DIR), kubeconfig_for=lambda sa: kubeconfig,
                            api_client_for=lambda sa: config.new_client_from_config(config_file=kubeconfig),
                            api_server_url=client.configuration.host, ping_interval=60.0,
+                           env_overrides={"vmi-cleanup": {"CLEANUP_DRY_RUN": "false" if act else "true"}},
                            on_delivery=timeline.on_delivery, on_log=timeline.on_log).start()
+    print(f"=== watching the cluster of {kubeconfig} ({client.configuration.host}), {mode}; Ctrl-C to stop ===",
+          flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -228,7 +236,7 @@ def watch_real_cluster(kubeconfig: str) -> None:
 def main() -> int:
     kubeconfig = os.environ.get("KUBECONFIG")
     if kubeconfig:
-        watch_real_cluster(kubeconfig)
+        watch_real_cluster(kubeconfig, act=os.environ.get("VMEVENTS_ACT", "").lower() == "true")
         return 0
     print(f"vmevents story, {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%SZ}: the Harvester issue "
           f"'clean up VMIs of VMs powered off from inside', played on a simulated cluster.")
