@@ -11,13 +11,13 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 run: $(STAMP)
-	$(PYTHON) -m tests.sim.run
+	$(PYTHON) -m tests.sim.run $(STORY)
 
 test: $(STAMP)
 	$(PYTHON) -m pytest
 
 bench: $(STAMP)
-	$(PYTHON) -m tests.bench.vmi_cleanup
+	$(PYTHON) -m tests.bench $(BENCH)
 
 clean:
 	rm -rf .run .pytest_cache build *.egg-info

@@ -55,9 +55,15 @@ VMI = Kind("kubevirt.io/v1", "VirtualMachineInstance", "virtualmachineinstances"
 VM = Kind("kubevirt.io/v1", "VirtualMachine", "virtualmachines")
 VMIM = Kind("kubevirt.io/v1", "VirtualMachineInstanceMigration", "virtualmachineinstancemigrations")
 KUBEVIRT = Kind("kubevirt.io/v1", "KubeVirt", "kubevirts")
+MIGRATION_POLICY = Kind("migrations.kubevirt.io/v1alpha1", "MigrationPolicy", "migrationpolicies", namespaced=False)
 POD = Kind("v1", "Pod", "pods")
 EVENT = Kind("v1", "Event", "events")
-KINDS = {k.kind: k for k in (VMI, VM, VMIM, KUBEVIRT, POD, EVENT)}
+NAMESPACE = Kind("v1", "Namespace", "namespaces", namespaced=False)
+PVC = Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims")
+PV = Kind("v1", "PersistentVolume", "persistentvolumes", namespaced=False)
+LONGHORN_VOLUME = Kind("longhorn.io/v1beta2", "Volume", "volumes")
+LONGHORN_ENGINE = Kind("longhorn.io/v1beta2", "Engine", "engines")
+KINDS = {k.kind: k for k in (VMI, VM, VMIM, KUBEVIRT, MIGRATION_POLICY, POD, EVENT, NAMESPACE, PVC, PV)}
 
 
 class KubeError(Exception):
@@ -155,12 +161,14 @@ class Kube:
         except NotFound:
             return None
 
-    def list(self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None) -> Iterator[dict]:
+    def list(self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
+             field_selector: str | None = None) -> Iterator[dict]:
         """Every object, fetched page by page (limit/continue) so memory stays flat at any scale."""
         token = None
         while True:
             page = self.request("GET", kind.path(namespace),
-                                query={"labelSelector": label_selector, "limit": self.page_size, "continue": token})
+                                query={"labelSelector": label_selector, "fieldSelector": field_selector,
+                                       "limit": self.page_size, "continue": token})
             yield from page.get("items") or ()
             token = (page.get("metadata") or {}).get("continue")
             if not token:

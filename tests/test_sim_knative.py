@@ -763,7 +763,7 @@ def test_apiserversource_sends_nothing_for_objects_that_exist_at_start(cluster, 
 
 def test_apiserversource_runs_with_the_rbac_of_its_service_account(cluster, receivers):
     manifest = {**source_manifest("vmevents-vmis")}
-    manifest["spec"] = {**manifest["spec"], "resources": [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine"}]}
+    manifest["spec"] = {**manifest["spec"], "resources": [{"apiVersion": "v1", "kind": "PersistentVolumeClaim"}]}
     client = cluster.api_client(service_account="vmevents/vmevents-source")
     adapter = ApiServerSourceAdapter(manifest, client, receivers().url, cluster.url).start()
     adapter.stop()

@@ -14,12 +14,13 @@ import signal
 import sys
 import threading
 import time
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from tests.sim.knative import LocalKnative, load_manifests
 from tests.sim.paths import DEPLOY_DIR
 
-CLEANUP_AFTER = "3s"
 PING_INTERVAL = 2.0
 _print_lock = threading.Lock()
 
@@ -88,66 +89,46 @@ def _short(subject: str | None) -> str:
     return "/".join(parts[-3::2]) if "namespaces" in parts else subject
 
 
-def _vm(name: str, run_strategy: str, annotations: dict | None = None) -> dict:
-    """A VM shaped like the seed's (Harvester's defaults), without the parts the story does not need."""
-    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
-            "metadata": {"name": name, "namespace": "default",
-                         "annotations": {"harvesterhci.io/vmRunStrategy": run_strategy, **(annotations or {})},
-                         "labels": {"harvesterhci.io/creator": "harvester", "harvesterhci.io/os": "ubuntu"}},
-            "spec": {"runStrategy": run_strategy, "template": {
-                "metadata": {"labels": {"harvesterhci.io/vmName": name}},
-                "spec": {"domain": {"cpu": {"cores": 2, "sockets": 1, "threads": 1},
-                                    "devices": {"disks": [{"name": "disk-0", "disk": {"bus": "virtio"}}]},
-                                    "memory": {"guest": "1948Mi"},
-                                    "resources": {"limits": {"cpu": "2", "memory": "2Gi"},
-                                                  "requests": {"cpu": "125m", "memory": "1365Mi"}}},
-                         "evictionStrategy": "LiveMigrate", "hostname": name,
-                         "volumes": [{"name": "disk-0", "persistentVolumeClaim": {"claimName": f"{name}-disk-0"}}]}}}}
+@dataclass
+class Stage:
+    """One simulated cluster with KubeVirt and the local Knative, for one story."""
+
+    cluster: object
+    kubevirt: object
+    knative: object
+    timeline: Timeline
+
+    def kube_events(self, component: str, namespace: str = "default") -> list[dict]:
+        """The Kubernetes Events a function recorded (its name is the Event's source component)."""
+        return [e for e in self.cluster.list("v1", "Event", namespace)
+                if (e.get("source") or {}).get("component") == component]
+
+    def report_events(self, component: str, namespace: str = "default") -> bool:
+        for event in self.kube_events(component, namespace):
+            self.timeline.on_kube_event(event)
+        return True
 
 
-CAST = [
-    ("vm8", "RerunOnFailure", None, "Harvester's default run strategy, powered off from inside (the seed)"),
-    ("vm-optout", "Once", {"vmevents.io/skip-cleanup": "true"}, "run strategy Once, opted out by annotation"),
-    ("vm-manual", "Manual", None, "run strategy Manual"),
-    ("vm-once", "Once", None, "run strategy Once"),
-]
-
-
-def play(version: str, harvester: str) -> None:
+@contextmanager
+def stage(title: str, *, kubevirt_version: str = "1.3.1", env_overrides: dict | None = None,
+          ping_interval: float | None = PING_INTERVAL, nodes: dict | None = None):
+    """Start the simulated cluster, KubeVirt and every function, broker and source of deploy/."""
     from tests.sim.apiserver import SimCluster
     from tests.sim.kubevirt_controller import KubeVirtSim
 
-    print(f"\n=== KubeVirt {version} ({harvester}) on the simulated cluster — a simulator, not Kubernetes ===")
+    print(f"\n=== {title} — on the simulated cluster (a simulator, not Kubernetes) ===", flush=True)
     timeline = Timeline()
-    cluster = SimCluster(kubevirt_version=version).start()
-    kubevirt = KubeVirtSim(cluster, step_delay=0.05).start()
+    cluster = SimCluster(kubevirt_version=kubevirt_version).start()
+    kubevirt = KubeVirtSim(cluster, step_delay=0.05, **({"nodes": nodes} if nodes else {})).start()
     knative = None
     try:
         knative = LocalKnative(load_manifests(DEPLOY_DIR),
                                kubeconfig_for=lambda sa: cluster.kubeconfig(service_account=sa),
                                api_client_for=lambda sa: cluster.api_client(service_account=sa),
-                               api_server_url=cluster.url,
-                               env_overrides={"vmi-cleanup": {"CLEANUP_AFTER": CLEANUP_AFTER}},
-                               ping_interval=PING_INTERVAL, on_delivery=timeline.on_delivery,
+                               api_server_url=cluster.url, env_overrides=env_overrides or {},
+                               ping_interval=ping_interval, on_delivery=timeline.on_delivery,
                                on_log=timeline.on_log).start()
-        timeline.line("setup", f"vmi-cleanup runs with CLEANUP_AFTER={CLEANUP_AFTER}; PingSource every "
-                               f"{PING_INTERVAL:g}s")
-        for name, strategy, annotations, why in CAST:
-            cluster.create(_vm(name, strategy, annotations))
-            if strategy == "Manual":
-                virtctl_start(cluster, "default", name)
-            timeline.line("create", f"VM default/{name}: {why}")
-        _wait(lambda: all(_phase(cluster, name) == "Running" for name, *_ in CAST), 20)
-        timeline.line("running", "all four guests are Running")
-        for name, *_ in CAST:
-            kubevirt.guest_power_off("default", name)
-            timeline.line("poweroff", f"the guest of {name} ran `poweroff`: VMI Succeeded, launcher pod Completed")
-        _wait(lambda: _report_events(cluster, timeline) and
-              all(_settled(cluster, name, annotations) for name, _, annotations, _ in CAST), 30)
-        time.sleep(PING_INTERVAL * 1.5)  # one more tick: nothing further happens
-        knative.wait_idle(10)
-        _report_events(cluster, timeline)
-        _summary(cluster, timeline)
+        yield Stage(cluster, kubevirt, knative, timeline)
     finally:
         if knative:
             knative.stop()
@@ -163,47 +144,13 @@ def virtctl_start(cluster, namespace: str, name: str) -> None:
         "PUT", f"/apis/subresources.kubevirt.io/v1/namespaces/{namespace}/virtualmachines/{name}/start", body={})
 
 
-def _phase(cluster, name: str) -> str | None:
-    vmi = cluster.get("kubevirt.io/v1", "VirtualMachineInstance", "default", name)
-    return vmi and (vmi.get("status") or {}).get("phase")
-
-
-def _settled(cluster, name: str, annotations: dict | None) -> bool:
-    if annotations:  # opted out: it must still be there
-        return _phase(cluster, name) == "Succeeded"
-    return _phase(cluster, name) is None
-
-
-def _vmevents_events(cluster) -> list[dict]:
-    return [e for e in cluster.list("v1", "Event", "default")
-            if (e.get("source") or {}).get("component") == "vmi-cleanup"]
-
-
-def _report_events(cluster, timeline: Timeline) -> bool:
-    for event in _vmevents_events(cluster):
-        timeline.on_kube_event(event)
-    return True
-
-
-def _wait(predicate, timeout: float) -> None:
+def wait_until(predicate, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not predicate():
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
         time.sleep(0.1)
-
-
-def _summary(cluster, timeline: Timeline) -> None:
-    print(f"\n  {'VM':<11} {'runStrategy now':<16} {'VMI':<10} Events recorded by vmevents")
-    for name, *_ in CAST:
-        vm = cluster.get("kubevirt.io/v1", "VirtualMachine", "default", name)
-        events = [e for e in _vmevents_events(cluster) if e["involvedObject"]["name"] == name]
-        notes = "; ".join(f"{e['type']} {e['reason']}: {e['message']}" for e in events)
-        if not notes and _phase(cluster, name) is None:
-            notes = "— (KubeVirt removed the VMI itself: RerunOnFailure on KubeVirt >= 1.2)"
-        elif not notes:
-            notes = "— (opted out: the VMI stays)"
-        print(f"  {name:<11} {vm['spec'].get('runStrategy', ''):<16} {_phase(cluster, name) or 'gone':<10} {notes}")
-    print(f"  ({timeline.irrelevant} irrelevant or already-gone events answered without an API write; "
-          f"{timeline.repeats} repeated decisions not shown)")
+    return False
 
 
 def watch_real_cluster(kubeconfig: str, act: bool) -> None:
@@ -233,15 +180,23 @@ def watch_real_cluster(kubeconfig: str, act: bool) -> None:
         knative.stop()
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """`python -m tests.sim.run [story ...]`: every story by default (see tests/sim/stories/)."""
+    from tests.sim import stories
+
     kubeconfig = os.environ.get("KUBECONFIG")
     if kubeconfig:
         watch_real_cluster(kubeconfig, act=os.environ.get("VMEVENTS_ACT", "").lower() == "true")
         return 0
-    print(f"vmevents story, {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%SZ}: the Harvester issue "
-          f"'clean up VMIs of VMs powered off from inside', played on a simulated cluster.")
-    play("1.1.1", "Harvester 1.2/1.3")
-    play("1.3.1", "Harvester 1.4")
+    chosen = argv if argv is not None else sys.argv[1:]
+    unknown = sorted(set(chosen) - set(stories.ALL))
+    if unknown:
+        print(f"no story named {', '.join(unknown)}; there are: {', '.join(stories.ALL)}", file=sys.stderr)
+        return 2
+    print(f"vmevents, {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%SZ}: the stories of the Harvester issue and "
+          f"knowledge base, played on a simulated cluster.")
+    for name in chosen or stories.ALL:
+        stories.load(name).play()
     return 0
 
 

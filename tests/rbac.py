@@ -1,0 +1,51 @@
+"""Least privilege, checked: what a ServiceAccount's shipped roles grant versus what it used.
+
+Each function's end-to-end tests end with `assert_exact_rbac(world.cluster.requests, "vmevents/<sa>")`:
+every (verb, API group, resource) the function's ServiceAccount is granted in deploy/ must have
+been used by the tests, and nothing it used may be ungranted. A grant nobody uses is a permission
+to remove (or a behaviour the tests do not reach).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tests.sim.knative import load_manifests
+from tests.sim.paths import DEPLOY_DIR
+
+Grant = tuple[str, str, str]  # (verb, api group, resource[/subresource])
+
+
+def granted(service_account: str, manifests: list[dict] | None = None) -> set[Grant]:
+    """Every (verb, group, resource) the shipped (Cluster)RoleBindings give this "ns/name"."""
+    manifests = manifests if manifests is not None else load_manifests(DEPLOY_DIR)
+    namespace, name = service_account.split("/")
+    roles = {(m["kind"], m["metadata"].get("namespace"), m["metadata"]["name"]): m
+             for m in manifests if m.get("kind") in ("Role", "ClusterRole")}
+    grants: set[Grant] = set()
+    for binding in (m for m in manifests if m.get("kind") in ("RoleBinding", "ClusterRoleBinding")):
+        if not any(s.get("kind") == "ServiceAccount" and s.get("name") == name
+                   and s.get("namespace", binding["metadata"].get("namespace")) == namespace
+                   for s in binding.get("subjects") or ()):
+            continue
+        ref = binding["roleRef"]
+        role_ns = None if ref["kind"] == "ClusterRole" else binding["metadata"].get("namespace")
+        role = roles[(ref["kind"], role_ns, ref["name"])]
+        for rule in role.get("rules") or ():
+            assert "*" not in rule.get("verbs", ()) + rule.get("resources", ()) + rule.get("apiGroups", ()), \
+                f"{ref['name']} uses a wildcard: least privilege means naming each verb and resource"
+            grants |= {(verb, group, resource) for verb in rule["verbs"] for group in rule["apiGroups"]
+                       for resource in rule["resources"]}
+    return grants
+
+
+def used(requests: Iterable, service_account: str) -> set[Grant]:
+    """What the simulated API server saw this ServiceAccount ask for (allowed or not)."""
+    return {(r.verb, r.api_group, f"{r.resource}/{r.subresource}" if r.subresource else r.resource)
+            for r in requests if r.service_account == service_account}
+
+
+def assert_exact_rbac(requests: Iterable, service_account: str) -> None:
+    grants, uses = granted(service_account), used(list(requests), service_account)
+    assert uses, f"{service_account} made no request at all"
+    assert not uses - grants, f"{service_account} needs permissions deploy/ does not grant: {sorted(uses - grants)}"
+    assert not grants - uses, f"deploy/ grants {service_account} permissions it never used: {sorted(grants - uses)}"

@@ -1,0 +1,12 @@
+"""The `make run` stories, one module per function, played in this order.
+
+Each module has `play()`, which uses `tests.sim.run.stage(...)` to get a simulated cluster with
+KubeVirt and every function, broker and source of deploy/ running, and prints a timeline.
+"""
+import importlib
+
+ALL = ["vmi_cleanup"]
+
+
+def load(name: str):
+    return importlib.import_module(f"tests.sim.stories.{name}")
