@@ -59,6 +59,7 @@ ROWS = [
     ("finished-migration-does-not-block", None,
      {"migration_state": {"startTimestamp": "2026-11-30T11:00:00Z", "completed": True}}, {}, Action.DELETE_VMI),
     ("vmim-in-flight-skips", None, None, {"migrating": True}, Action.SKIP),
+    ("standalone-vmi-migrating-skips", None, None, {"standalone": True, "migrating": True}, Action.SKIP),
     ("namespace-not-listed-skips", None, None, {"settings": Settings(namespaces=frozenset({"prod"}))}, Action.SKIP),
     ("namespace-excluded-skips", None, None, {"settings": Settings(exclude_namespaces=frozenset({"default"}))},
      Action.SKIP),

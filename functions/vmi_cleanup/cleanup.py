@@ -120,6 +120,8 @@ def decide(vmi: dict, vm: dict | None, settings: Settings, now: datetime, *,
     if now < due:
         return Decision(Action.WAIT, f"{phase} since {finished:%H:%M:%SZ}, due at {due:%H:%M:%SZ}", due_at=due)
 
+    if migrating or kv.migration_in_flight(vmi):
+        return Decision(Action.SKIP, "a migration of the VMI is in flight")
     owner = kv.controller_owner(vmi, "VirtualMachine")
     if owner is None:
         return Decision(Action.DELETE_VMI, "standalone VMI (no VirtualMachine owns it)")
@@ -129,8 +131,6 @@ def decide(vmi: dict, vm: dict | None, settings: Settings, now: datetime, *,
         return Decision(Action.SKIP, "the VMI belongs to an earlier VirtualMachine of the same name")
     if (vm.get("status") or {}).get("stateChangeRequests"):
         return Decision(Action.SKIP, "the VM has pending state change requests")
-    if migrating or kv.migration_in_flight(vmi):
-        return Decision(Action.SKIP, "a migration of the VMI is in flight")
     return _by_run_strategy(kv.run_strategy(vm), phase, due, delay, now, kubevirt_version)
 
 
@@ -296,7 +296,7 @@ def _decide_with_facts(vmi: dict, vm: dict | None, ctx: Context) -> Decision:
     """Decide; read the KubeVirt version and in-flight migrations only when an action is possible."""
     now = ctx.clock()
     first = decide(vmi, vm, ctx.settings, now)
-    if first.action in (Action.SKIP, Action.WAIT) or (vm is None and first.action is Action.DELETE_VMI):
+    if first.action in (Action.SKIP, Action.WAIT):
         return first
     return decide(vmi, vm, ctx.settings, now, kubevirt_version=_kubevirt_version(ctx),
                   migrating=_migrating(ctx, vmi))
