@@ -1,0 +1,15 @@
+"""The functions-framework entry point of alert-forwarder: `--target handle`.
+
+Settings (receivers, credentials files, MIN_SEVERITY) are read once, when the server starts; a bad
+setting stops the start with a message naming the variable. No Kubernetes client: this function
+never calls the API.
+"""
+from functions.alert_forwarder.forwarder import FUNCTION, Settings, on_event
+from shared.runtime import start
+
+app = start(FUNCTION, on_event, Settings.from_env, needs_kube=False)
+
+
+def handle(request):
+    """The functions-framework `http` target (it must be a plain function)."""
+    return app(request)
