@@ -206,9 +206,10 @@ def post(port: int, headers: Mapping[str, str], body: bytes, timeout: float = 5.
 class Server:
     """One functions-framework process (gunicorn master + worker) in its own process group."""
 
-    def __init__(self, spec: Spec, kubeconfig: str, workdir: Path):
+    def __init__(self, spec: Spec, kubeconfig: str, workdir: Path, env: Mapping[str, str] | None = None):
         self.spec = spec
         self.kubeconfig = kubeconfig
+        self.env = dict(env or {})  # the function's settings
         self.log_path = workdir / f"{spec.name}-{uuid.uuid4().hex[:6]}.log"
         self.port = 0
         self.proc: subprocess.Popen | None = None
@@ -219,6 +220,7 @@ class Server:
         env = {k: os.environ[k] for k in _HOST_ENV if k in os.environ}
         env.update(PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", KUBECONFIG=self.kubeconfig, PORT=str(self.port),
                    K_SERVICE=self.spec.name)
+        env.update(self.env)
         with open(self.log_path, "wb") as log:  # the child keeps its own descriptor
             self.spawned = time.perf_counter()
             self.proc = subprocess.Popen(
