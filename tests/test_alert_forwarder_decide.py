@@ -163,6 +163,17 @@ def test_a_rescan_summary_becomes_one_alert_per_finding_it_carries():
     assert decision.alerts[0].labels["migration"] == "vm1-migration-abcde"
 
 
+def test_a_batch_of_changes_becomes_one_alert_per_change():
+    batch = findings(incoming("io.vmevents.device-conflict.batch", {
+        "detected": [dict(b.device_conflict(device="dev-a"), id="1")],
+        "resolved": [dict(b.device_conflict(device="dev-b"), id="2")]}))
+    decision = decide("io.vmevents.device-conflict.batch", batch, AM, NOW)
+    assert [(a.labels["device"], a.resolved) for a in decision.alerts] == [("dev-a", False), ("dev-b", True)]
+    paused = findings(incoming("io.vmevents.io-pause-report.scanned", {"scanned": 3, "findings": [
+        {"type": "io.vmevents.io-pause-report.detected", "subject": "/x", **b.io_pause()}]}))
+    assert [(f.type, f.subject) for f in paused] == [("io.vmevents.io-pause-report.detected", "/x")]
+
+
 @pytest.mark.parametrize("type_,data,fragment", [
     ("io.vmevents.device-conflict.detected", ["not", "an", "object"], "no JSON object as data"),
     ("io.vmevents.device-conflict.detected", None, "no JSON object as data"),

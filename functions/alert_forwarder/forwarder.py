@@ -351,9 +351,13 @@ TABLE: dict[str, Rule] = {
     "io.vmevents.io-pause-report.resolved": Rule("VMPausedOnIOError", "critical", **_IO, resolves=True),
     "io.vmevents.vmi-cleanup.cleaned": Rule("VMICleanedUp", "info", **_CLEANUP),
 }
-# A re-scan's summary (`<function>.scanned`) carries the findings it made: one alert each. vmi-cleanup
-# lists them under `cleaned`; migration-report under `reported`, each item with its own `type`.
-EXPANDS = {"cleaned": "io.vmevents.vmi-cleanup.cleaned", "reported": None, "findings": None}
+# A re-scan's summary (`<function>.scanned`) or a batch (`<function>.batch`, several changes in one
+# answer) carries findings: one alert each. vmi-cleanup lists them under `cleaned`; migration-report
+# and io-pause-report under `reported` / `findings`, each item with its own `type`; device-conflict's
+# batch under `detected` and `resolved` (the type is `<function>.detected` / `.resolved`).
+COLLECTIONS = (".scanned", ".batch")
+EXPANDS = {"cleaned": "io.vmevents.vmi-cleanup.cleaned", "reported": None, "findings": None,
+           "detected": ".detected", "resolved": ".resolved"}
 
 
 def generic_rule(event_type: str) -> Rule:
@@ -384,9 +388,9 @@ def findings(event: Incoming) -> list[Finding]:
     if not isinstance(event.data, Mapping):
         raise BadEvent(f"event {event.id} ({event.type}) has no JSON object as data; a finding's data is "
                        f"a JSON object")
-    if not event.type.endswith(".scanned"):
+    if not event.type.endswith(COLLECTIONS):
         return [Finding(event.type, event.subject, event.data)]
-    found = []
+    family, found = event.type.rsplit(".", 1)[0], []
     for key, item_type in EXPANDS.items():
         items = event.data.get(key)
         if items is None:
@@ -394,11 +398,11 @@ def findings(event: Incoming) -> list[Finding]:
         if not isinstance(items, list) or not all(isinstance(item, Mapping) for item in items):
             raise BadEvent(f"event {event.id} ({event.type}): data.{key} must be a list of objects")
         for item in items:
-            kind = item_type or item.get("type")
-            if not isinstance(kind, str) or not kind.startswith(PREFIX) or kind.endswith(".scanned"):
+            kind = item.get("type") if item_type is None else (family + item_type if item_type[0] == "." else item_type)
+            if not isinstance(kind, str) or not kind.startswith(PREFIX) or kind.endswith(COLLECTIONS):
                 raise BadEvent(f"event {event.id} ({event.type}): an item of data.{key} has no io.vmevents.* type")
             found.append(Finding(kind, item.get("subject") or event.subject,
-                                 {k: v for k, v in item.items() if k not in ("type", "subject")}))
+                                 {k: v for k, v in item.items() if k not in ("type", "subject", "id")}))
     return found
 
 
