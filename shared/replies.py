@@ -21,11 +21,16 @@ class Reply:
     data: dict[str, Any]
     key: str  # what makes two replies "the same" (e.g. the VMI's uid and the action)
 
+    @property
+    def id(self) -> str:
+        """The CloudEvent id: the same type and key always give the same id."""
+        return str(uuid.uuid5(_NAMESPACE, f"{self.type}\x00{self.key}"))
+
     def headers_and_body(self, function: str) -> tuple[dict[str, str], bytes]:
         """Binary-mode CloudEvent: attributes in ce-* headers, the data as the JSON body."""
         headers = {
             "ce-specversion": "1.0",
-            "ce-id": str(uuid.uuid5(_NAMESPACE, f"{self.type}\x00{self.key}")),
+            "ce-id": self.id,
             "ce-type": self.type,
             "ce-source": f"/vmevents/{function}",
             "ce-subject": self.subject,
