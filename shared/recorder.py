@@ -32,22 +32,28 @@ class Recorder:
         self.kube = kube
         self.component = component
 
-    def record(self, involved: dict, event_type: str, reason: str, message: str, now: datetime) -> None:
-        """Record (or count again) an Event on `involved`. Never raises."""
+    def record(self, involved: dict, event_type: str, reason: str, message: str, now: datetime, *,
+               annotations: dict[str, str] | None = None) -> None:
+        """Record (or count again) an Event on `involved`. Never raises. `annotations` go on a new
+        Event's metadata (machine-readable facts a function reads back later); they are not part of
+        what makes two Events the same."""
         try:
-            self._record(involved, event_type, reason, message, now)
+            self._record(involved, event_type, reason, message, now, annotations)
         except VmeventsError as exc:
             log.warning("could not record Event %s on %s/%s: %s", reason,
                         involved["metadata"].get("namespace"), involved["metadata"]["name"], exc.message)
 
-    def _record(self, involved: dict, event_type: str, reason: str, message: str, now: datetime) -> None:
+    def _record(self, involved: dict, event_type: str, reason: str, message: str, now: datetime,
+                annotations: dict[str, str] | None = None) -> None:
         meta = involved["metadata"]
         namespace = meta.get("namespace") or "default"
         name = event_name(involved, event_type, reason, message)
         stamp = _timestamp(now)
+        metadata = {"name": name, "namespace": namespace}
+        if annotations:
+            metadata["annotations"] = dict(annotations)
         body = {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": name, "namespace": namespace},
+            "apiVersion": "v1", "kind": "Event", "metadata": metadata,
             "involvedObject": {"apiVersion": involved.get("apiVersion"), "kind": involved.get("kind"),
                                "name": meta["name"], "namespace": meta.get("namespace"), "uid": meta.get("uid")},
             "type": event_type, "reason": reason, "message": message,
