@@ -499,6 +499,46 @@ def merge_patch_for(old: Mapping, new: Mapping) -> dict:
 
 
 # --------------------------------------------------------------------------------------------
+# Decide (virt-launcher / virt-handler): IO-error pauses and their resume backoff (FACTS §5)
+# --------------------------------------------------------------------------------------------
+
+# virt-launcher: a domain paused with reason IOError gets the VMI condition Paused/PausedIOError, and
+# one Warning "IOerror" Event per disk with an error (pkg/virt-launcher/virtwrap/cmd-server notify,
+# SendK8sEvent); virt-handler resumes it with a backoff (FACTS §5: 10 s doubling to 3 min).
+IO_ERROR_REASON = "IOerror"
+PAUSED_IO_ERROR = {"type": "Paused", "status": "True", "reason": "PausedIOError",
+                   "message": "VMI was paused, low-level IO error detected"}
+IO_RESUME_FIRST, IO_RESUME_MAX = 10.0, 180.0
+IO_ERROR_AGAIN_AFTER = 5.0   # a resumed guest that is still trimming hits the error again this soon
+VIRT_HANDLER_COMPONENT = "virt-handler"
+
+
+def io_error_message(volume: str, no_space: bool = False) -> str:
+    """KubeVirt's IOerror Event message for a disk error (libvirt DISK_ERROR_UNSPEC / NO_SPACE)."""
+    if no_space:
+        return f"VM Paused due to not enough space on volume: {volume}"
+    return f"VM Paused due to IO error at the volume: {volume}"
+
+
+def io_resume_backoff(pauses: int) -> float:
+    """Seconds a paused guest waits before its n-th resume: 10, 20, 40, ... at most 180."""
+    return min(IO_RESUME_FIRST * 2 ** max(pauses - 1, 0), IO_RESUME_MAX)
+
+
+@dataclass
+class IOFault:
+    """A volume whose IO fails (a Longhorn replica rebuilding while the guest trims, a full disk)."""
+
+    volume: str
+    no_space: bool = False
+    stuck: bool = False       # never resumed (harvester#11585): only a stop and start helps
+    active: bool = True       # False once the storage works again (the rebuild completed)
+    pauses: int = 0
+    next_at: float = 0.0      # monotonic time of the next pause or resume
+    vmi_uid: str = ""         # the guest it belongs to: a restarted VM's new VMI starts healthy
+
+
+# --------------------------------------------------------------------------------------------
 # I/O: every API call the simulated KubeVirt makes, in one place
 # --------------------------------------------------------------------------------------------
 
@@ -617,6 +657,39 @@ class _Kube:
             log.warning("could not record Event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], exc)
 
 
+    def record_counted(self, obj: Mapping, etype: str, reason: str, message: str, component: str,
+                       now: datetime) -> None:
+        """client-go's EventCorrelator: the same Event again raises `count` on the existing object."""
+        import hashlib
+
+        meta = _meta(obj)
+        key = "\x00".join((meta.get("uid") or "", reason, message))
+        name = f"{meta['name']}.{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+        stamp = rfc3339(now)
+        try:
+            existing = self.core.read_namespaced_event(name, meta["namespace"], _preload_content=False)
+            current = json.loads(existing.data)
+        except Exception as exc:  # noqa: BLE001 - 404: the first time
+            if _http_status(exc) != 404:
+                log.warning("could not read Event %s: %s", name, exc)
+                return
+            current = None
+        try:
+            if current is None:
+                self.core.create_namespaced_event(meta["namespace"], {
+                    "apiVersion": "v1", "kind": "Event", "metadata": {"name": name, "namespace": meta["namespace"]},
+                    "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+                                       "name": meta["name"], "namespace": meta["namespace"], "uid": meta.get("uid")},
+                    "type": etype, "reason": reason, "message": message, "source": {"component": component},
+                    "reportingComponent": component, "reportingInstance": f"{component}-sim",
+                    "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1})
+            else:
+                self.core.patch_namespaced_event(name, meta["namespace"], {
+                    "count": int(current.get("count") or 1) + 1, "lastTimestamp": stamp})
+        except Exception as exc:  # noqa: BLE001 - best effort, as the real recorder
+            log.warning("could not record Event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], exc)
+
+
 def _http_status(exc: BaseException) -> int | None:
     status = getattr(exc, "status", None)
     return status if isinstance(status, int) else None
@@ -646,14 +719,17 @@ class KubeVirtSim:
 
     def __init__(self, cluster: Any, version: str | None = None,
                  nodes: Mapping[str, Mapping[str, int]] | None = None,
-                 step_delay: float = 0.05, resync_period: float = 0.5):
+                 step_delay: float = 0.05, resync_period: float = 0.5, io_time_scale: float = 1.0):
         self.cluster = cluster
         self.version_string = str(version or cluster.kubevirt_version).lstrip("v")
         self.version = parse_version(self.version_string)
         self.nodes = {name: dict(devs) for name, devs in (nodes or DEFAULT_NODES).items()}
         self.step_delay = step_delay
         self.resync_period = resync_period
+        # IO-error pauses and resumes run on KubeVirt's backoff times this factor (tests: 0.01).
+        self.io_time_scale = io_time_scale
         self.clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
+        self._io: dict[Key, IOFault] = {}
 
         self._cond = threading.Condition()
         self._due: dict[Key, float] = {}          # key -> monotonic time it may run
@@ -745,6 +821,26 @@ class KubeVirtSim:
         """Rewrite (or add) the phaseTransitionTimestamp of `phase`, e.g. to age a Succeeded VMI."""
         self._call(lambda: self._rewrite_phase_time(namespace, vmi_name, phase, when))
 
+    def start_io_errors(self, namespace: str, vmi_name: str, volume: str, *, no_space: bool = False,
+                        stuck: bool = False) -> None:
+        """From now on the guest's IO to `volume` (a VMI volume name) fails: it pauses (PausedIOError,
+        an IOerror Event), is resumed after a backoff, pauses again ... until `stop_io_errors`.
+        `stuck`: it is never resumed (harvester#11585). Timers run at `io_time_scale`."""
+        self._call(lambda: self._io_begin(namespace, vmi_name, IOFault(volume, no_space=no_space, stuck=stuck)))
+
+    def stop_io_errors(self, namespace: str, vmi_name: str) -> None:
+        """The storage works again (the rebuild completed): the next resume is the last one."""
+        def stop() -> None:
+            fault = self._io.get((namespace, vmi_name))
+            if fault is not None:
+                fault.active = False
+        self._call(stop)
+
+    def io_pauses(self, namespace: str, vmi_name: str) -> int:
+        """How many times the guest paused on the current IO fault (0 when none is active)."""
+        fault = self._io.get((namespace, vmi_name))
+        return fault.pauses if fault else 0
+
     # ------------------------------------------------------------------------------ internals
     def _new_kube(self) -> _Kube:
         api_client = self.cluster.api_client()
@@ -811,13 +907,19 @@ class KubeVirtSim:
                         fut.set_result(fn())
                     except BaseException as exc:  # noqa: BLE001 - handed to the caller
                         fut.set_exception(exc)
+                elif kind == "io":
+                    self._io_step(item)
                 else:
                     self._sync(item)
             except Exception as exc:  # noqa: BLE001 - API fault: retry shortly, as a workqueue would
                 log.debug("sync %s failed, retrying: %s", item, exc)
                 with self._cond:
                     self._changes += 1
-                self._enqueue(item, delay=max(self.step_delay, 0.02))
+                if kind == "io":
+                    if item in self._io:
+                        self._io[item].next_at = time.monotonic() + 0.05
+                else:
+                    self._enqueue(item, delay=max(self.step_delay, 0.02))
             finally:
                 with self._cond:
                     self._busy = False
@@ -836,7 +938,14 @@ class KubeVirtSim:
                     del self._due[key]
                     self._busy = True
                     return "key", key
-                wait = min(self._due.values()) - now if self._due else 0.2
+                # IO-fault timers are not in _due: wait_idle must not wait for a flapping guest.
+                io_ready = [k for k, f in self._io.items() if f.next_at <= now]
+                if io_ready:
+                    self._io[io_ready[0]].next_at = float("inf")  # until the step sets the next one
+                    self._busy = True
+                    return "io", io_ready[0]
+                dues = list(self._due.values()) + [f.next_at for f in self._io.values()]
+                wait = min(dues) - now if dues else 0.2
                 self._cond.wait(timeout=max(0.001, min(wait, 0.2)))
             return None
 
@@ -847,6 +956,9 @@ class KubeVirtSim:
             before = self._changes
         vm = self._kube.get(VMS, ns, name)
         vmi = self._kube.get(VMIS, ns, name)
+        fault = self._io.get(key)
+        if fault is not None and (vmi is None or is_deleting(vmi) or _meta(vmi).get("uid") != fault.vmi_uid):
+            self._io.pop(key, None)  # the guest is gone (stopped, restarted): so is its fault
         if vm is not None and self._sync_vm(vm, vmi):
             vmi = self._kube.get(VMIS, ns, name)  # created or deleted: virt-handler sees the new state
         step = self._sync_vmi(key, vmi)
@@ -1098,6 +1210,46 @@ class KubeVirtSim:
             stamps.append({"phase": phase, "phaseTransitionTimestamp": rfc3339(when)})
         self._patch_vmi_status(vmi, {"phaseTransitionTimestamps": stamps})
         self._enqueue((ns, name))
+
+    def _io_begin(self, ns: str, name: str, fault: IOFault) -> None:
+        vmi = self._kube.get(VMIS, ns, name)
+        if vmi is None or vmi_phase(vmi) != "Running":
+            raise RuntimeError(f"VMI {ns}/{name} is {vmi_phase(vmi) or 'missing'}, not Running; "
+                               "only a running guest can hit an IO error.")
+        fault.next_at = time.monotonic()
+        fault.vmi_uid = _meta(vmi)["uid"]
+        self._io[(ns, name)] = fault
+
+    def _io_step(self, key: Key) -> None:
+        """One pause or one resume of a guest whose volume fails IO (virt-launcher + virt-handler)."""
+        fault = self._io.get(key)
+        if fault is None:
+            return
+        ns, name = key
+        vmi = self._kube.get(VMIS, ns, name)
+        if vmi is None or is_deleting(vmi) or vmi_phase(vmi) != "Running" or _meta(vmi).get("uid") != fault.vmi_uid:
+            self._io.pop(key, None)  # the guest is gone: so is its fault
+            return
+        now, scale = self.clock(), self.io_time_scale
+        conditions = _status(vmi).get("conditions")
+        if _condition_is(vmi, "Paused", "True", "PausedIOError"):
+            if fault.stuck:
+                return  # stays paused: next_at stays at infinity
+            self._patch_vmi_status(vmi, {"conditions": drop_condition(conditions, "Paused")})
+            if fault.active:
+                fault.next_at = time.monotonic() + IO_ERROR_AGAIN_AFTER * scale
+            else:
+                self._io.pop(key, None)
+        elif fault.active:
+            # The Event first, then the condition: virt-launcher sends both, the Event is recorded at once.
+            self._kube.record_counted(vmi, "Warning", IO_ERROR_REASON, io_error_message(fault.volume, fault.no_space),
+                                      VIRT_HANDLER_COMPONENT, now)
+            self._patch_vmi_status(vmi, {"conditions": set_condition(conditions, PAUSED_IO_ERROR, now)})
+            fault.pauses += 1
+            fault.next_at = time.monotonic() + io_resume_backoff(fault.pauses) * scale
+        else:
+            self._io.pop(key, None)
+        self._enqueue(key)  # the VM controller copies the condition (printableStatus Paused)
 
     # -- resync and watches (they only enqueue keys)
     def _resync_loop(self) -> None:
