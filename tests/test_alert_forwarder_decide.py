@@ -92,7 +92,8 @@ def test_each_finding_becomes_one_alert_with_stable_labels(type_, data, subject,
     assert alert.labels == labels
     assert alert.resolved is resolved
     assert alert.starts_at == NOW
-    assert alert.ends_at == (NOW if resolved else NOW + timedelta(hours=1))
+    until_resolved = type_.endswith(".detected") and type_.replace(".detected", ".resolved") in TABLE
+    assert alert.ends_at == (NOW if resolved else NOW + (timedelta(days=7) if until_resolved else timedelta(hours=1)))
     assert alert.annotations["runbook_url"] == f"{BASE}#{anchor}"
     assert alert.annotations["summary"] and alert.annotations["description"]
 
@@ -124,7 +125,17 @@ def test_the_same_finding_again_gives_the_same_labels():
                    findings(incoming("io.vmevents.device-conflict.detected", b.device_conflict())), AM,
                    NOW + timedelta(minutes=5))
     assert first.alerts[0].labels == again.alerts[0].labels
-    assert again.alerts[0].ends_at == NOW + timedelta(minutes=65)
+    assert again.alerts[0].ends_at == NOW + timedelta(minutes=5, days=7)
+
+
+@pytest.mark.parametrize("type_,data,lasts", [
+    ("io.vmevents.device-conflict.detected", b.device_conflict(), timedelta(days=7)),
+    ("io.vmevents.io-pause-report.detected", b.io_pause(), timedelta(days=7)),
+    ("io.vmevents.migration-report.failed", b.migration_report(), timedelta(hours=1)),
+], ids=["device-conflict-until-resolved", "io-pause-until-resolved", "one-off-migration-failure-expires"])
+def test_findings_reported_once_per_episode_stay_firing_until_resolved(type_, data, lasts):
+    """device-conflict and io-pause-report do not repeat a finding while it lasts; they send .resolved."""
+    assert alerts_for(type_, data).alerts[0].ends_at == NOW + lasts
 
 
 # -- severities and drops ---------------------------------------------------------------------------

@@ -58,6 +58,10 @@ class Settings:
     min_severity: str = "warning"
     cluster: str = ""
     alert_ttl: timedelta = timedelta(hours=1)
+    # Findings that have a `.resolved` (device conflicts, IO-error pauses) are reported once per
+    # episode, not repeated: their alert stays firing until the `.resolved` arrives, bounded by this
+    # so that a lost `.resolved` cannot keep an alert up forever.
+    until_resolved_ttl: timedelta = timedelta(days=7)
     runbook_base: str = DEFAULT_RUNBOOK_BASE
     timeout: float = 5.0
 
@@ -82,6 +86,8 @@ class Settings:
                    min_severity=env.choice("MIN_SEVERITY", "warning", SEVERITIES),
                    cluster=_label_value(env, "CLUSTER_NAME"),
                    alert_ttl=_positive(env.duration("ALERT_TTL", "1h"), "ALERT_TTL", "1h"),
+                   until_resolved_ttl=_positive(env.duration("ALERT_TTL_UNTIL_RESOLVED", "7d"),
+                                                "ALERT_TTL_UNTIL_RESOLVED", "7d"),
                    runbook_base=runbook,
                    timeout=env.number("SEND_TIMEOUT", 5.0, minimum=0.1, maximum=60))
 
@@ -442,6 +448,11 @@ def rule_for(event_type: str) -> Rule:
     return TABLE.get(event_type) or generic_rule(event_type)
 
 
+def resolved_later(event_type: str) -> bool:
+    """A `.detected` finding whose function also sends `.resolved`: it is not repeated while it lasts."""
+    return event_type.endswith(".detected") and TABLE.get(event_type[:-len("detected")] + "resolved") is not None
+
+
 def to_alert(finding: Finding, settings: Settings, now: datetime) -> tuple[Alert, str]:
     """The alert for one finding and its severity. A firing alert lasts ALERT_TTL unless repeated
     (Alertmanager keeps the earliest startsAt and the latest endsAt of the same labels); a resolved
@@ -454,7 +465,8 @@ def to_alert(finding: Finding, settings: Settings, now: datetime) -> tuple[Alert
         labels["cluster"] = settings.cluster
     annotations = {"summary": _clip(rule.summary(finding), 1000), "description": _clip(rule.description(finding), 4000),
                    "runbook_url": f"{settings.runbook_base}#{rule.runbook}"}
-    ends = now if rule.resolves else now + settings.alert_ttl
+    ends = now if rule.resolves else now + (settings.until_resolved_ttl if resolved_later(finding.type)
+                                            else settings.alert_ttl)
     return Alert(labels, annotations, now, ends, rule.resolves), severity
 
 
