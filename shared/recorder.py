@@ -15,6 +15,7 @@ from shared.errors import VmeventsError
 from shared.kube import EVENT, Conflict, Kube
 
 log = logging.getLogger("vmevents.recorder")
+COUNT_ATTEMPTS = 4
 
 
 def _timestamp(now: datetime) -> str:
@@ -64,10 +65,21 @@ class Recorder:
         try:
             self.kube.create(EVENT, namespace, body)
         except Conflict:  # AlreadyExists: the same Event again
+            self._count_again(namespace, name, body, stamp)
+
+    def _count_again(self, namespace: str, name: str, body: dict, stamp: str) -> None:
+        """count + 1 on the existing Event. Two deliveries may do this at once: the resourceVersion
+        precondition makes the loser re-read and try again, so no count is lost."""
+        for _ in range(COUNT_ATTEMPTS):
             existing = self.kube.get(EVENT, namespace, name)
-            if existing is None:
-                self.kube.create(EVENT, namespace, body)
+            try:
+                if existing is None:
+                    self.kube.create(EVENT, namespace, body)
+                else:
+                    self.kube.merge_patch(EVENT, namespace, name, {
+                        "count": int(existing.get("count") or 1) + 1, "lastTimestamp": stamp,
+                        "metadata": {"resourceVersion": existing["metadata"]["resourceVersion"]}})
                 return
-            self.kube.merge_patch(EVENT, namespace, name, {
-                "count": int(existing.get("count") or 1) + 1, "lastTimestamp": stamp,
-                "metadata": {"resourceVersion": existing["metadata"]["resourceVersion"]}})
+            except Conflict:
+                continue
+        raise Conflict(f"Event {namespace}/{name} kept changing; its count was not raised")

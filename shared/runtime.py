@@ -17,17 +17,19 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import flask
 import orjson
 
 from shared import intake
 from shared.errors import VmeventsError, http_answer
-from shared.kube import Kube, connect
-from shared.recorder import Recorder
 from shared.replies import Reply
 from shared.settings import SettingsError
+
+if TYPE_CHECKING:  # the kubernetes client (~0.4 s, ~36 MiB) is imported only by functions that use it
+    from shared.kube import Kube
+    from shared.recorder import Recorder
 
 
 def utcnow() -> datetime:
@@ -75,7 +77,7 @@ class FunctionApp:
         self.name = name
         self.on_event = on_event
         self.prefilter = prefilter
-        self.context = Context(name, settings, kube, Recorder(kube, name) if kube else None, clock)
+        self.context = Context(name, settings, kube, _recorder(kube, name), clock)
 
     def __call__(self, request: flask.Request) -> flask.Response:
         if request.method != "POST":  # a probe or a person: say who we are, change nothing
@@ -124,6 +126,14 @@ class FunctionApp:
 IRRELEVANT = Outcome("irrelevant")
 
 
+def _recorder(kube: Kube | None, name: str) -> Recorder | None:
+    if kube is None:
+        return None
+    from shared.recorder import Recorder
+
+    return Recorder(kube, name)
+
+
 def start(name: str, on_event: Handler, load_settings: Callable[[Mapping[str, str]], Any],
           environ: Mapping[str, str] | None = None, *, needs_kube: bool = True,
           prefilter: Prefilter | None = None) -> FunctionApp:
@@ -132,7 +142,11 @@ def start(name: str, on_event: Handler, load_settings: Callable[[Mapping[str, st
 
     try:
         settings = load_settings(os.environ if environ is None else environ)
-        kube = connect() if needs_kube else None
+        kube = None
+        if needs_kube:
+            from shared.kube import connect
+
+            kube = connect()
     except (SettingsError, RuntimeError) as exc:
         sys.stderr.write(f"{name}: cannot start: {exc}\n")
         raise SystemExit(2) from None
