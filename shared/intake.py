@@ -10,7 +10,7 @@ every event, and each failure must become a sentence an operator can act on.
 from __future__ import annotations
 
 import orjson
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +82,38 @@ class Incoming:
         if missing:
             raise BadEvent(f"event {self.id} ({self.type}) is a reference without {', '.join(missing)}")
         return ObjectRef(data["apiVersion"], data["kind"], data["name"], data.get("namespace") or None)
+
+
+@dataclass(frozen=True)
+class About:
+    """What an ApiServerSource event is about: the object's reference, and in Resource mode the
+    object itself (a hint, never evidence: re-read before acting). In Reference mode `obj` is None."""
+
+    ref: ObjectRef
+    obj: dict | None
+    deleted: bool
+
+
+def about(event: Incoming, kinds: Collection[str], function: str, *,
+          ref_kinds: Collection[str] | None = None) -> About:
+    """The object an ApiServerSource event concerns, if it is one of `kinds` (in Reference mode, of
+    `ref_kinds`, which defaults to `kinds`). Anything else is a BadEvent naming what `function`
+    handles. PingSource ticks are the caller's to handle before."""
+    if event.family == "ref":
+        ref, obj, accepted = event.ref(), None, kinds if ref_kinds is None else ref_kinds
+    elif event.family == "resource":
+        obj, accepted = event.object(), kinds
+        meta = obj["metadata"]
+        ref = ObjectRef(obj.get("apiVersion", ""), obj["kind"], meta["name"], meta.get("namespace"))
+    else:
+        raise BadEvent(f"unsupported event type {event.type}; {function} handles dev.knative.apiserver.resource.*, "
+                       f"dev.knative.apiserver.ref.* and dev.knative.sources.ping")
+    if ref.kind not in accepted:
+        raise BadEvent(f"event {event.id} is about a {ref.kind}; {function} handles "
+                       f"{' and '.join(sorted(accepted))} events" + ("" if obj is not None else " in Reference mode"))
+    if ref.namespace is None:
+        ref = ObjectRef(ref.api_version, ref.kind, ref.name, "default")
+    return About(ref, obj, event.operation == "delete")
 
 
 def wsgi_headers(environ: dict) -> dict[str, str]:

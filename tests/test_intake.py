@@ -6,7 +6,7 @@ from cloudevents.conversion import to_binary, to_structured
 from cloudevents.http import CloudEvent
 
 from shared.errors import BadEvent
-from shared.intake import parse
+from shared.intake import about, parse
 from tests.builders import make_vmi
 
 
@@ -72,3 +72,35 @@ def test_kind_extension_must_match_the_object():
     headers, body = to_binary(ce(make_vmi(), kind="Pod"))
     with pytest.raises(BadEvent):
         parse(Headers(headers), body).object()
+
+
+def _incoming(data, type_="dev.knative.apiserver.resource.update"):
+    headers, body = to_binary(ce(data, type_))
+    return parse(Headers(headers), body)
+
+
+def test_about_a_resource_mode_event_carries_the_object():
+    found = about(_incoming(make_vmi()), ("VirtualMachineInstance",), "fn")
+    assert (found.ref.kind, found.ref.namespace, found.ref.name, found.deleted) == \
+        ("VirtualMachineInstance", "default", "vm1", False)
+    assert found.obj["status"]["phase"] == "Succeeded"
+
+
+def test_about_a_reference_mode_event_has_no_object_and_defaults_the_namespace():
+    found = about(_incoming({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "name": "vm1"},
+                            "dev.knative.apiserver.ref.delete"), ("VirtualMachineInstance",), "fn")
+    assert found.obj is None and found.deleted and found.ref.namespace == "default"
+
+
+@pytest.mark.parametrize("data,type_,kwargs,message", [
+    (make_vmi(), "dev.knative.apiserver.resource.update", {"kinds": ("Pod",)},
+     "is about a VirtualMachineInstance; fn handles Pod events"),
+    ({"apiVersion": "v1", "kind": "Pod", "name": "p"}, "dev.knative.apiserver.ref.add",
+     {"kinds": ("Pod", "VirtualMachineInstance"), "ref_kinds": ("VirtualMachineInstance",)},
+     "fn handles VirtualMachineInstance events in Reference mode"),
+    ({}, "com.example.other", {"kinds": ("Pod",)}, "unsupported event type com.example.other; fn handles"),
+], ids=["wrong-kind", "kind-not-accepted-by-reference", "other-type"])
+def test_about_refuses_what_the_function_does_not_handle(data, type_, kwargs, message):
+    with pytest.raises(BadEvent) as caught:
+        about(_incoming(data, type_), function="fn", **kwargs)
+    assert message in caught.value.message

@@ -29,8 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from shared import kubevirt as kv
-from shared.errors import BadEvent
-from shared.intake import RESOURCE_PREFIX, Incoming
+from shared.intake import RESOURCE_PREFIX, Incoming, about
 from shared.kube import EVENT, VM, VMI, Conflict as KubeConflict
 from shared.replies import Reply, reply_type
 from shared.runtime import Context, Outcome
@@ -440,20 +439,12 @@ class Target:
 
 def target(event: Incoming, settings: Settings, now: datetime) -> Target | None:
     """The VM worth a conflict check, or None when the event cannot concern one."""
-    if event.family == "ref":
-        ref = event.ref()
-        if ref.kind not in _KINDS:
-            _refuse_kind(event, ref.kind)
-        return None if event.operation == "delete" else Target(ref.namespace or "default", ref.name)
-    if event.family != "resource":
-        raise BadEvent(f"unsupported event type {event.type}; device-conflict handles "
-                       f"dev.knative.apiserver.resource.*, dev.knative.apiserver.ref.* and dev.knative.sources.ping")
-    obj = event.object()
-    if obj["kind"] not in _KINDS:
-        _refuse_kind(event, obj["kind"])
-    meta = kv.meta(obj)
-    if event.operation == "delete":
+    found = about(event, _KINDS, FUNCTION)
+    if found.deleted:
         return None  # what a deletion ends, the next re-scan reports
+    if found.obj is None:  # Reference mode: look at it in any case
+        return Target(found.ref.namespace, found.ref.name)
+    obj, meta = found.obj, kv.meta(found.obj)
     if obj["kind"] == "VirtualMachine":
         devices = vm_devices(obj) | (allocated_devices(obj) or frozenset())
     else:
@@ -475,11 +466,6 @@ def _vmi_worth_a_look(vmi: Mapping, settings: Settings, now: datetime) -> bool:
         return True
     since = kv.phase_since(vmi, phase)
     return since is None or now - since <= settings.recent_start
-
-
-def _refuse_kind(event: Incoming, kind: str) -> None:
-    raise BadEvent(f"event {event.id} is about a {kind}; device-conflict handles VirtualMachine and "
-                   f"VirtualMachineInstance events")
 
 
 # -- fetch, decide, report ------------------------------------------------------------------------

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from shared import kubevirt as kv
-from shared.errors import BadEvent, TemporaryError
-from shared.intake import RESOURCE_PREFIX, Incoming
+from shared.errors import TemporaryError
+from shared.intake import RESOURCE_PREFIX, Incoming, about
 from shared.kube import EVENT, LONGHORN_ENGINE, LONGHORN_VOLUME, PV, PVC, VMI, KubeError
 from shared.replies import Reply, reply_type
 from shared.runtime import Context, Outcome
@@ -352,24 +352,10 @@ class Target:
 
 def target(event: Incoming) -> Target | None:
     """The VMI worth a fresh look, or None when the event cannot concern an IO-error pause."""
-    if event.family == "ref":
-        ref = event.ref()
-        if ref.kind != "VirtualMachineInstance":
-            _refuse_kind(event, ref.kind)
-        return None if event.operation == "delete" else Target(ref.namespace or "default", ref.name)
-    if event.family != "resource":
-        raise BadEvent(f"unsupported event type {event.type}; io-pause-report handles "
-                       f"dev.knative.apiserver.resource.*, dev.knative.apiserver.ref.* and dev.knative.sources.ping")
-    obj = event.object()
-    if obj["kind"] != "VirtualMachineInstance":
-        _refuse_kind(event, obj["kind"])
-    if event.operation == "delete" or io_paused(obj) is None:
+    found = about(event, ("VirtualMachineInstance",), FUNCTION)
+    if found.deleted or (found.obj is not None and io_paused(found.obj) is None):
         return None
-    return Target(kv.meta(obj).get("namespace") or "default", kv.meta(obj)["name"])
-
-
-def _refuse_kind(event: Incoming, kind: str) -> None:
-    raise BadEvent(f"event {event.id} is about a {kind}; io-pause-report handles VirtualMachineInstance events")
+    return Target(found.ref.namespace, found.ref.name)
 
 
 _TOKEN = b'"PausedIOError"'

@@ -29,8 +29,8 @@ from fractions import Fraction
 import yaml
 
 from shared import kubevirt as kv
-from shared.errors import BadEvent, TemporaryError
-from shared.intake import RESOURCE_PREFIX, Incoming
+from shared.errors import TemporaryError
+from shared.intake import RESOURCE_PREFIX, Incoming, about
 from shared.kube import EVENT, KUBEVIRT, MIGRATION_POLICY, NAMESPACE, VM, VMI, VMIM
 from shared.replies import Reply, reply_type
 from shared.runtime import Context, Outcome
@@ -655,25 +655,12 @@ class Target:
 
 def target(event: Incoming, settings: Settings) -> Target | None:
     """The VMIM worth a fresh look, or None when the event cannot concern a report."""
-    if event.family == "ref":
-        ref = event.ref()
-        if ref.kind != VMIM_KIND:
-            _refuse_kind(event, ref.kind)
-        return None if event.operation == "delete" else Target(ref.namespace or "default", ref.name)
-    if event.family != "resource":
-        raise BadEvent(f"unsupported event type {event.type}; migration-report handles "
-                       f"dev.knative.apiserver.resource.*, dev.knative.apiserver.ref.* and dev.knative.sources.ping")
-    obj = event.object()
-    if obj["kind"] != VMIM_KIND:
-        _refuse_kind(event, obj["kind"])
-    namespace = kv.meta(obj).get("namespace") or "default"
-    if event.operation == "delete" or not settings.in_scope(namespace) or kv.phase(obj) not in kv.FINAL_PHASES:
+    found = about(event, (VMIM_KIND,), FUNCTION)
+    if found.deleted or not settings.in_scope(found.ref.namespace):
         return None
-    return Target(namespace, kv.meta(obj)["name"])
-
-
-def _refuse_kind(event: Incoming, kind: str) -> None:
-    raise BadEvent(f"event {event.id} is about a {kind}; migration-report handles {VMIM_KIND} events")
+    if found.obj is not None and kv.phase(found.obj) not in kv.FINAL_PHASES:
+        return None
+    return Target(found.ref.namespace, found.ref.name)
 
 
 _FINAL_TOKENS = (b'"Failed"', b'"Succeeded"')

@@ -43,8 +43,8 @@ def play() -> None:
 
 def _play(s: Stage) -> None:
     s.timeline.line("setup", f"vmi-cleanup runs with CLEANUP_AFTER={CLEANUP_AFTER}; PingSource every {PING_INTERVAL:g}s")
-    for name, strategy, annotations, why in CAST:
-        s.cluster.create(seed_vm(name, strategy, annotations))
+    for name, strategy, extra, why in CAST:
+        s.cluster.create(seed_vm(name, strategy, extra))
         if strategy == "Manual":
             virtctl_start(s.cluster, "default", name)
         s.timeline.line("create", f"VM default/{name}: {why}")
