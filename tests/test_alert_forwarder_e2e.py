@@ -17,27 +17,15 @@ import time
 import pytest
 
 from tests import alert_builders as b
+from tests import e2e
+from tests.e2e import eventually
 from tests.rbac import granted, used
 from tests.sim.alertmanager import Alertmanager, Receiver, find_binary
-from tests.sim.apiserver import SimCluster
-from tests.sim.knative import LocalKnative, load_manifests
-from tests.sim.kubevirt_controller import KubeVirtSim
-from tests.sim.paths import DEPLOY_DIR
 from tests.sim.run import virtctl_start
 
 pytestmark = pytest.mark.e2e
 FUNCTION_SA = "vmevents/alert-forwarder"
 _names = itertools.count(1)
-
-
-def eventually(predicate, timeout=15.0, interval=0.05, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def alertmanager_binary() -> str:
@@ -51,26 +39,20 @@ def alertmanager_binary() -> str:
     pytest.skip(why)
 
 
-class World:
+class World(e2e.World):
     def __init__(self, binary: str):
         self.notifications = Receiver().start()   # Alertmanager's own webhook receiver
         self.hook = Receiver().start()            # alert-forwarder's WEBHOOK_URL
         self.alertmanager = Alertmanager(binary, self.notifications.url).start()
-        self.cluster = SimCluster(kubevirt_version="1.3.1").start()
-        self.kubevirt = KubeVirtSim(self.cluster, step_delay=0.01).start()
-        self.knative = LocalKnative(
-            load_manifests(DEPLOY_DIR),
-            kubeconfig_for=lambda sa: self.cluster.kubeconfig(service_account=sa),
-            api_client_for=lambda sa: self.cluster.api_client(service_account=sa),
-            api_server_url=self.cluster.url,
-            env_overrides={"vmi-cleanup": {"CLEANUP_AFTER": "0s"},
-                           "alert-forwarder": {"ALERTMANAGER_URL": self.alertmanager.url,
-                                               "WEBHOOK_URL": f"{self.hook.url}/hook", "CLUSTER_NAME": "e2e"}},
-            time_scale=0.01,
-        ).start()
+        super().__init__("1.3.1", kubevirt={"step_delay": 0.01},
+                         env_overrides={"vmi-cleanup": {"CLEANUP_AFTER": "0s"},
+                                        "alert-forwarder": {"ALERTMANAGER_URL": self.alertmanager.url,
+                                                            "WEBHOOK_URL": f"{self.hook.url}/hook",
+                                                            "CLUSTER_NAME": "e2e"}})
 
     def stop(self):
-        for part in (self.knative, self.kubevirt, self.cluster, self.alertmanager, self.notifications, self.hook):
+        super().stop()
+        for part in (self.alertmanager, self.notifications, self.hook):
             part.stop()
 
     def publish(self, type_, data, subject=None):
@@ -90,9 +72,8 @@ class World:
 
 @pytest.fixture(scope="module")
 def world():
-    w = World(alertmanager_binary())
-    yield w
-    w.stop()
+    with World(alertmanager_binary()) as w:
+        yield w
 
 
 def unique_ns():

@@ -10,17 +10,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import time
 
 import pytest
-from cloudevents.http import CloudEvent
 
+from tests import e2e
 from tests.device_builders import SEED_DEVICE, SEED_NODE, VF, host_device, seed_vm1, seed_vm2
+from tests.e2e import eventually
 from tests.rbac import assert_exact_rbac
-from tests.sim.apiserver import SimCluster
-from tests.sim.knative import LocalKnative, load_manifests
-from tests.sim.kubevirt_controller import KubeVirtSim
-from tests.sim.paths import DEPLOY_DIR
 from tests.sim.run import virtctl_start
 
 pytestmark = pytest.mark.e2e
@@ -31,30 +27,12 @@ _resources = iter(sorted(RESOURCES))
 _names = itertools.count(1)
 
 
-def eventually(predicate, timeout=15.0, interval=0.05, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}")
+class World(e2e.World):
+    function_sa = FUNCTION_SA
+    settle = e2e.World.settle_with_kubevirt
 
-
-class World:
     def __init__(self):
-        self.cluster = SimCluster(kubevirt_version="1.3.1").start()
-        self.kubevirt = KubeVirtSim(self.cluster, nodes={SEED_NODE: {VF: 1, **RESOURCES}}, step_delay=0.01).start()
-        self.knative = LocalKnative(
-            load_manifests(DEPLOY_DIR),
-            kubeconfig_for=lambda sa: self.cluster.kubeconfig(service_account=sa),
-            api_client_for=lambda sa: self.cluster.api_client(service_account=sa),
-            api_server_url=self.cluster.url, time_scale=0.01,
-        ).start()
-
-    def stop(self):
-        for part in (self.knative, self.kubevirt, self.cluster):
-            part.stop()
+        super().__init__("1.3.1", kubevirt={"nodes": {SEED_NODE: {VF: 1, **RESOURCES}}, "step_delay": 0.01})
 
     # -- helpers ------------------------------------------------------------------------------
     def create(self, manifest, run_strategy=None):
@@ -62,9 +40,6 @@ class World:
             manifest["spec"]["runStrategy"] = run_strategy
         self.cluster.create(manifest)
         return manifest["metadata"]["name"]
-
-    def vmi(self, name):
-        return self.cluster.get("kubevirt.io/v1", "VirtualMachineInstance", "default", name)
 
     def vm(self, name):
         return self.cluster.get("kubevirt.io/v1", "VirtualMachine", "default", name)
@@ -75,16 +50,6 @@ class World:
 
     def wait_phase(self, name, phase):
         return eventually(lambda: self.phase(name) == phase, what=f"VMI {name} in phase {phase}")
-
-    def settle(self):
-        for _ in range(2):
-            self.knative.wait_idle(timeout=15)
-            self.kubevirt.wait_idle(timeout=15)
-
-    def tick(self):
-        self.settle()
-        self.knative.ping.tick()
-        self.settle()
 
     def events(self, name, reason="HostDeviceConflict"):
         return [e for e in self.cluster.list("v1", "Event", "default")
@@ -100,7 +65,7 @@ class World:
         for e in list(self.knative.broker.received):
             if not e["type"].startswith(PREFIX):
                 continue
-            data = json.loads(e.data) if isinstance(e.data, (bytes, str)) else e.data
+            data = e2e.data_of(e)
             suffix = e["type"][len(PREFIX):]
             if suffix == "batch":
                 found += [(item["id"], "detected", item) for item in data["detected"]]
@@ -112,16 +77,11 @@ class World:
     def reply_about(self, what, kind, device):
         return [r for r in self.replies(what) if r[2]["kind"] == kind and r[2]["device"] == device]
 
-    def function_requests(self, verb=None):
-        return [r for r in self.cluster.requests
-                if r.service_account == FUNCTION_SA and (verb is None or r.verb == verb)]
-
 
 @pytest.fixture(scope="module")
 def world():
-    w = World()
-    yield w
-    w.stop()
+    with World() as w:
+        yield w
 
 
 def small_vm(name, device, resource, run_strategy="Always"):
@@ -213,9 +173,7 @@ def test_the_same_conflict_seen_again_counts_up_and_keeps_its_reply_id(world):
     first = w.conflict_events(a, "double-assigned")[0]["count"]
     payload = w.vm(b)
     for _ in range(2):  # b's update delivered again, twice
-        w.knative.broker.publish(CloudEvent({"type": "dev.knative.apiserver.resource.update", "source": w.cluster.url,
-                                             "kind": "VirtualMachine", "apiversion": "kubevirt.io/v1",
-                                             "name": b, "namespace": "default"}, payload))
+        w.send(payload)
         w.settle()
     [event] = w.conflict_events(a, "double-assigned")
     assert event["count"] == first + 2

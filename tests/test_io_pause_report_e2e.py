@@ -6,17 +6,14 @@ with the credentials of its own ServiceAccount. One world; each test uses its ow
 from __future__ import annotations
 
 import itertools
-import json
 import time
 
 import pytest
 
+from tests import e2e
+from tests.e2e import eventually
 from tests.io_pause_builders import GIB, LONGHORN_NS, make_engine, make_pv, make_pvc, make_volume
 from tests.rbac import assert_exact_rbac
-from tests.sim.apiserver import SimCluster
-from tests.sim.knative import LocalKnative, load_manifests
-from tests.sim.kubevirt_controller import KubeVirtSim
-from tests.sim.paths import DEPLOY_DIR
 
 pytestmark = pytest.mark.e2e
 FUNCTION = "io-pause-report"
@@ -24,32 +21,12 @@ FUNCTION_SA = "vmevents/io-pause-report"
 _names = itertools.count(1)
 
 
-def eventually(predicate, timeout=15.0, interval=0.05, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}")
+class World(e2e.World):
+    function_sa = FUNCTION_SA
 
-
-class World:
     def __init__(self):
-        self.cluster = SimCluster(kubevirt_version="1.3.1").start()
-        self.kubevirt = KubeVirtSim(self.cluster, step_delay=0.01, io_time_scale=0.01).start()
-        self.knative = LocalKnative(
-            load_manifests(DEPLOY_DIR),
-            kubeconfig_for=lambda sa: self.cluster.kubeconfig(service_account=sa),
-            api_client_for=lambda sa: self.cluster.api_client(service_account=sa),
-            api_server_url=self.cluster.url,
-            env_overrides={FUNCTION: {"IO_PAUSE_STUCK_AFTER": "3s", "IO_PAUSE_RESOLVED_AFTER": "4s"}},
-            time_scale=0.01,
-        ).start()
-
-    def stop(self):
-        for part in (self.knative, self.kubevirt, self.cluster):
-            part.stop()
+        super().__init__("1.3.1", kubevirt={"step_delay": 0.01, "io_time_scale": 0.01},
+                         env_overrides={FUNCTION: {"IO_PAUSE_STUCK_AFTER": "3s", "IO_PAUSE_RESOLVED_AFTER": "4s"}})
 
     # -- the cast -----------------------------------------------------------------------------
     def vm(self, prefix="vm", *, driver="driver.longhorn.io", robustness="degraded", rebuilding=37):
@@ -75,9 +52,6 @@ class World:
         return eventually(lambda: (v := self.vmi(name)) and (v.get("status") or {}).get("phase") == "Running" and v,
                           what=f"VMI {name} Running")
 
-    def vmi(self, name):
-        return self.cluster.get("kubevirt.io/v1", "VirtualMachineInstance", "default", name)
-
     def rebuild_done(self, pv):
         """Longhorn finished the rebuild: the volume is healthy, the engine rebuilds nothing."""
         self.cluster.patch("longhorn.io/v1beta2", "Volume", LONGHORN_NS, pv, {"status": {"robustness": "healthy"}},
@@ -101,30 +75,18 @@ class World:
         for event in list(self.knative.broker.received):
             if event["source"] != f"/vmevents/{FUNCTION}":
                 continue
-            data = json.loads(event.data) if isinstance(event.data, (bytes, str)) else event.data
+            data = e2e.data_of(event)
             if event["type"] == f"io.vmevents.{FUNCTION}.{kind}":
                 found.append(data)
             elif event["type"] == f"io.vmevents.{FUNCTION}.scanned":
                 found.extend(f for f in data["findings"] if f["type"] == f"io.vmevents.{FUNCTION}.{kind}")
         return [d for d in found if d["vmi"] == f"default/{name}"]
 
-    def settle(self):
-        self.knative.wait_idle(timeout=15)
-
-    def tick(self):
-        self.settle()
-        self.knative.ping.tick()
-        self.settle()
-
-    def function_requests(self):
-        return [r for r in self.cluster.requests if r.service_account == FUNCTION_SA]
-
 
 @pytest.fixture(scope="module")
 def world():
-    w = World()
-    yield w
-    w.stop()
+    with World() as w:
+        yield w
 
 
 def flap(world, name, pauses=4, **fault):

@@ -9,18 +9,14 @@ phase with a status patch (shaped like KubeVirt 1.1, 1.3 and 1.8; tests/migratio
 from __future__ import annotations
 
 import itertools
-import json
 
 import pytest
-from cloudevents.http import CloudEvent
 
+from tests import e2e
+from tests.e2e import eventually, kubevirt_versions
 from tests.migration_builders import (
     NOT_COMPLETED, STUCK, create_guest, create_migration, make_namespace, make_policy, unschedulable_events)
 from tests.rbac import assert_exact_rbac
-from tests.sim.apiserver import SimCluster
-from tests.sim.knative import LocalKnative, load_manifests
-from tests.sim.paths import DEPLOY_DIR
-from tests.test_vmi_cleanup_e2e import eventually
 
 pytestmark = pytest.mark.e2e
 FUNCTION = "migration-report"
@@ -28,21 +24,14 @@ FUNCTION_SA = "vmevents/migration-report"
 _names = itertools.count(1)
 
 
-class World:
+class World(e2e.World):
+    """No KubeVirtSim: it does not model live migration, so the tests play KubeVirt's part."""
+
     def __init__(self, version: str):
         self.version = version
         self.shape = version.rsplit(".", 1)[0]          # "1.1", "1.3", "1.8"
         self.per_gib = 800 if self.shape in ("1.1", "1.3") else 150
-        self.cluster = SimCluster(kubevirt_version=version).start()
-        self.knative = LocalKnative(
-            load_manifests(DEPLOY_DIR),
-            kubeconfig_for=lambda sa: self.cluster.kubeconfig(service_account=sa),
-            api_client_for=lambda sa: self.cluster.api_client(service_account=sa),
-            api_server_url=self.cluster.url, time_scale=0.01).start()
-
-    def stop(self):
-        for part in (self.knative, self.cluster):
-            part.stop()
+        super().__init__(version)
 
     # -- playing KubeVirt ---------------------------------------------------------------------
     def guest(self, *, guest="8Gi", labels=None, namespace="default") -> tuple[dict, dict]:
@@ -52,9 +41,6 @@ class World:
         return create_migration(self.cluster, self.shape, vmi, **kwargs)
 
     # -- looking ------------------------------------------------------------------------------
-    def settle(self):
-        self.knative.wait_idle(timeout=15)
-
     def events(self, obj, namespace="default"):
         """The Events migration-report recorded on this object."""
         return [e for e in self.cluster.list("v1", "Event", namespace)
@@ -66,7 +52,7 @@ class World:
         for event in list(self.knative.broker.received):
             if event["source"] != f"/vmevents/{FUNCTION}":
                 continue
-            data = json.loads(event.data) if isinstance(event.data, (bytes, str)) else event.data
+            data = e2e.data_of(event)
             for item in data.get("reported", [data]):
                 if item.get("uid") == uid:
                     found.append((event["type"], item))
@@ -77,20 +63,11 @@ class World:
         eventually(lambda: self.events(vmi) and self.events(vm), what="Events on the VMI and the VM")
         return eventually(lambda: self.replies(vmim["metadata"]["uid"]), what="a reply")[0]
 
-    def send(self, obj):
-        meta = obj["metadata"]
-        self.knative.broker.publish(CloudEvent({
-            "type": "dev.knative.apiserver.resource.update", "source": self.cluster.url,
-            "kind": obj["kind"], "apiversion": obj["apiVersion"], "name": meta["name"],
-            "namespace": meta["namespace"]}, obj))
 
-
-@pytest.fixture(scope="module", params=["1.1.1", "1.3.1", "1.8.3"],
-                ids=["kubevirt-1.1.1", "kubevirt-1.3.1", "kubevirt-1.8.3"])
+@pytest.fixture(scope="module", **kubevirt_versions("1.1.1", "1.3.1", "1.8.3"))
 def world(request):
-    w = World(request.param)
-    yield w
-    w.stop()
+    with World(request.param) as w:
+        yield w
 
 
 def test_a_completion_timeout_is_explained_with_kubevirts_numbers_once(world):

@@ -8,19 +8,15 @@ names so they do not see each other.
 from __future__ import annotations
 
 import itertools
-import json
 import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from cloudevents.http import CloudEvent
 
+from tests import e2e
 from tests.builders import make_vmi
+from tests.e2e import eventually, kubevirt_versions
 from tests.rbac import assert_exact_rbac
-from tests.sim.apiserver import SimCluster
-from tests.sim.knative import LocalKnative, load_manifests
-from tests.sim.kubevirt_controller import KubeVirtSim
-from tests.sim.paths import DEPLOY_DIR
 from tests.sim.run import virtctl_start
 
 pytestmark = pytest.mark.e2e
@@ -29,32 +25,12 @@ SOURCE_SA = "vmevents/vmevents-source"
 _names = itertools.count(1)
 
 
-def eventually(predicate, timeout=15.0, interval=0.05, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}")
+class World(e2e.World):
+    function_sa = FUNCTION_SA
+    settle = e2e.World.settle_with_kubevirt
 
-
-class World:
     def __init__(self, version: str):
-        self.cluster = SimCluster(kubevirt_version=version).start()
-        self.kubevirt = KubeVirtSim(self.cluster, step_delay=0.01).start()
-        self.knative = LocalKnative(
-            load_manifests(DEPLOY_DIR),
-            kubeconfig_for=lambda sa: self.cluster.kubeconfig(service_account=sa),
-            api_client_for=lambda sa: self.cluster.api_client(service_account=sa),
-            api_server_url=self.cluster.url,
-            env_overrides={"vmi-cleanup": {"CLEANUP_AFTER": "0s"}},
-            time_scale=0.01,
-        ).start()
-
-    def stop(self):
-        for part in (self.knative, self.kubevirt, self.cluster):
-            part.stop()
+        super().__init__(version, kubevirt={"step_delay": 0.01}, env_overrides={"vmi-cleanup": {"CLEANUP_AFTER": "0s"}})
 
     # -- helpers ------------------------------------------------------------------------------
     def vm(self, run_strategy="Manual", annotations=None, namespace="default"):
@@ -73,9 +49,6 @@ class World:
     def start_manual(self, name, namespace="default"):
         virtctl_start(self.cluster, namespace, name)
 
-    def vmi(self, name, namespace="default"):
-        return self.cluster.get("kubevirt.io/v1", "VirtualMachineInstance", namespace, name)
-
     def vm_obj(self, name, namespace="default"):
         return self.cluster.get("kubevirt.io/v1", "VirtualMachine", namespace, name)
 
@@ -89,12 +62,6 @@ class World:
         self.kubevirt.guest_power_off(namespace, name)
         return uid
 
-    def settle(self):
-        """Let every event in flight reach the function and everything it causes settle."""
-        for _ in range(2):
-            self.knative.wait_idle(timeout=15)
-            self.kubevirt.wait_idle(timeout=15)
-
     def events(self, name, namespace="default"):
         """The Events vmi-cleanup recorded about this VM or VMI."""
         return [e for e in self.cluster.list("v1", "Event", namespace)
@@ -102,26 +69,14 @@ class World:
 
     def replies(self, type_suffix):
         """The data of the reply CloudEvents the function sent back into the broker."""
-        return [json.loads(e.data) if isinstance(e.data, (bytes, str)) else e.data
-                for e in list(self.knative.broker.received)
+        return [e2e.data_of(e) for e in list(self.knative.broker.received)
                 if e["type"] == f"io.vmevents.vmi-cleanup.{type_suffix}" and e["source"] == "/vmevents/vmi-cleanup"]
 
-    def function_requests(self, verb=None):
-        return [r for r in self.cluster.requests
-                if r.service_account == FUNCTION_SA and (verb is None or r.verb == verb)]
 
-    def send(self, data, type_="dev.knative.apiserver.resource.update", kind="VirtualMachineInstance"):
-        event = CloudEvent({"type": type_, "source": self.cluster.url, "kind": kind,
-                            "apiversion": data.get("apiVersion", "v1"), "name": data["metadata"]["name"],
-                            "namespace": data["metadata"]["namespace"]}, data)
-        self.knative.broker.publish(event)
-
-
-@pytest.fixture(scope="module", params=["1.1.1", "1.3.1"], ids=["kubevirt-1.1.1", "kubevirt-1.3.1"])
+@pytest.fixture(scope="module", **kubevirt_versions("1.1.1", "1.3.1"))
 def world(request):
-    w = World(request.param)
-    yield w
-    w.stop()
+    with World(request.param) as w:
+        yield w
 
 
 @pytest.fixture

@@ -1,0 +1,107 @@
+"""The world every end-to-end module runs in, built once here instead of once per module: the simulated
+API server, the simulated KubeVirt, and the local broker running deploy/ with each function as a real
+functions-framework server holding the credentials of its own ServiceAccount.
+
+A module subclasses World for the helpers that are its own (what its function records and replies)
+and passes what it varies: the KubeVirt version, KubeVirtSim's options (or no KubeVirtSim at all),
+the functions' environment overrides and the time scale.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from cloudevents.http import CloudEvent
+
+from tests.sim.apiserver import SimCluster
+from tests.sim.knative import LocalKnative, load_manifests
+from tests.sim.kubevirt_controller import KubeVirtSim
+from tests.sim.paths import DEPLOY_DIR
+
+UPDATE = "dev.knative.apiserver.resource.update"
+
+
+def eventually(predicate, timeout=15.0, interval=0.05, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def kubevirt_versions(*versions: str) -> dict:
+    """A module-scoped world fixture's params and ids, one world per KubeVirt version."""
+    return {"params": list(versions), "ids": [f"kubevirt-{v}" for v in versions]}
+
+
+def data_of(event: CloudEvent) -> Any:
+    """A received CloudEvent's data as JSON values, however the broker carried it."""
+    return json.loads(event.data) if isinstance(event.data, (bytes, str)) else event.data
+
+
+class World:
+    """SimCluster, KubeVirtSim (unless `kubevirt` is None: options for it otherwise) and LocalKnative,
+    started in that order and stopped in the reverse one. Use it as a context manager."""
+
+    function_sa = ""  # "namespace/name" of the function's ServiceAccount, for function_requests()
+
+    def __init__(self, kubevirt_version: str = "1.3.1", *, kubevirt: Mapping[str, Any] | None = None,
+                 env_overrides: Mapping[str, Mapping[str, str]] | None = None, time_scale: float = 0.01):
+        self.cluster = SimCluster(kubevirt_version=kubevirt_version).start()
+        self.kubevirt = None if kubevirt is None else KubeVirtSim(self.cluster, **kubevirt).start()
+        self.knative = LocalKnative(
+            load_manifests(DEPLOY_DIR),
+            kubeconfig_for=lambda sa: self.cluster.kubeconfig(service_account=sa),
+            api_client_for=lambda sa: self.cluster.api_client(service_account=sa),
+            api_server_url=self.cluster.url,
+            env_overrides=env_overrides,
+            time_scale=time_scale,
+        ).start()
+
+    def stop(self):
+        for part in (self.knative, self.kubevirt, self.cluster):
+            if part is not None:
+                part.stop()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    # -- helpers every function's tests use ---------------------------------------------------
+    def vmi(self, name, namespace="default"):
+        return self.cluster.get("kubevirt.io/v1", "VirtualMachineInstance", namespace, name)
+
+    def settle(self):
+        """Let every event in flight reach the function (a subclass whose function makes KubeVirt act
+        uses settle_with_kubevirt instead)."""
+        self.knative.wait_idle(timeout=15)
+
+    def settle_with_kubevirt(self):
+        """Let every event in flight reach the function and everything it causes settle."""
+        for _ in range(2):
+            self.knative.wait_idle(timeout=15)
+            self.kubevirt.wait_idle(timeout=15)
+
+    def tick(self):
+        """Let what is in flight settle, then let the PingSource fire once and that settle."""
+        self.settle()
+        self.knative.ping.tick()
+        self.settle()
+
+    def send(self, obj, type_=UPDATE):
+        """Publish an ApiServerSource event about `obj` into the broker."""
+        meta = obj["metadata"]
+        self.knative.broker.publish(CloudEvent({
+            "type": type_, "source": self.cluster.url, "kind": obj["kind"],
+            "apiversion": obj.get("apiVersion", "v1"), "name": meta["name"], "namespace": meta["namespace"]}, obj))
+
+    def function_requests(self, verb=None):
+        """The API requests the function made with its own ServiceAccount."""
+        return [r for r in self.cluster.requests
+                if r.service_account == self.function_sa and (verb is None or r.verb == verb)]
