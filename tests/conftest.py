@@ -1,4 +1,4 @@
-"""Shared fixtures: an isolated environment and kubeconfig helpers."""
+"""Shared fixtures: an isolated environment, kubeconfig helpers and a function served through HTTP."""
 from __future__ import annotations
 
 import socket
@@ -27,6 +27,23 @@ def unreachable_kubeconfig(tmp_path) -> Path:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     return write_kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{port}")
+
+
+@pytest.fixture
+def serve(monkeypatch, unreachable_kubeconfig):
+    """serve(source, settings=(), **env): functions-framework's test client for the function at
+    `source`, its API server refusing connections, none of the `settings` names taken from the
+    developer's environment, and `env` set. A bad setting stops it with SystemExit."""
+    from functions_framework import create_app  # only the HTTP tests need it
+
+    def make(source: str, settings=(), **env: str):
+        for name in settings:
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("KUBECONFIG", str(unreachable_kubeconfig))
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        return create_app(target="handle", source=source).test_client()
+    return make
 
 
 @pytest.fixture(autouse=True)

@@ -4,15 +4,17 @@ or refuses (502). It has no Kubernetes client at all: KUBECONFIG points at a ref
 nothing needs it."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 from cloudevents.conversion import to_binary, to_structured
-from functions_framework import create_app
 
 from tests import alert_builders as b
-from tests.conftest import REPO
+from tests.http_cases import MALFORMED, assert_refused, binary_headers, post, source_of
 from tests.sim.alertmanager import Receiver
 
-SOURCE = str(REPO / "functions" / "alert_forwarder" / "main.py")
+SOURCE = source_of("alert_forwarder")
+FINDING = "io.vmevents.device-conflict.detected"
 SETTINGS = ("ALERTMANAGER_URL", "ALERTMANAGER_BEARER_TOKEN_FILE", "ALERTMANAGER_CA_FILE",
             "ALERTMANAGER_INSECURE_SKIP_VERIFY", "WEBHOOK_URL", "WEBHOOK_FORMAT", "WEBHOOK_HEADERS_FILE",
             "WEBHOOK_CA_FILE", "WEBHOOK_INSECURE_SKIP_VERIFY", "MIN_SEVERITY", "CLUSTER_NAME", "ALERT_TTL", "ALERT_TTL_UNTIL_RESOLVED",
@@ -27,21 +29,9 @@ def receiver():
 
 
 @pytest.fixture
-def app_with(monkeypatch, unreachable_kubeconfig):
+def app_with(serve):
     """create_app with these settings (and no others from the developer's environment)."""
-    def make(**env):
-        for name in SETTINGS:
-            monkeypatch.delenv(name, raising=False)
-        monkeypatch.setenv("KUBECONFIG", str(unreachable_kubeconfig))
-        for name, value in env.items():
-            monkeypatch.setenv(name, value)
-        return create_app(target="handle", source=SOURCE).test_client()
-    return make
-
-
-def post(client, event, mode=to_binary):
-    headers, body = mode(event)
-    return client.post("/", headers=headers, data=body)
+    return functools.partial(serve, SOURCE, SETTINGS)
 
 
 @pytest.mark.parametrize("mode", [to_binary, to_structured], ids=["binary", "structured"])
@@ -131,21 +121,14 @@ def test_one_receiver_failing_fails_the_event_even_if_the_other_accepted(app_wit
 
 
 @pytest.mark.parametrize("headers,body,fragment", [
-    ({"Content-Type": "application/json"}, b'{"hello": 1}', "not a CloudEvent"),
-    ({"Content-Type": "application/cloudevents+json"}, b"{", "not valid JSON"),
-    ({"ce-specversion": "1.0", "ce-id": "1", "ce-source": "s", "ce-type": "com.example.other",
-      "Content-Type": "application/json"}, b"{}", "unsupported event type"),
-    ({"ce-specversion": "1.0", "ce-id": "1", "ce-source": "s", "ce-type": "io.vmevents.device-conflict.detected",
-      "Content-Type": "application/json"}, b'["a list"]', "no JSON object as data"),
-    ({"ce-specversion": "1.0", "ce-id": "1", "ce-source": "s", "ce-type": "io.vmevents.device-conflict.detected",
-      "Content-Type": "text/plain"}, b"vm2 holds the device", "no JSON object as data"),
-    ({"ce-specversion": "1.0", "ce-id": "1", "ce-source": "s", "ce-type": "io.vmevents.device-conflict.detected",
-      "Content-Type": "application/json"}, b"{not json", "not valid JSON"),
+    *MALFORMED,
+    (binary_headers(FINDING), b'["a list"]', "no JSON object as data"),
+    (binary_headers(FINDING, content_type="text/plain"), b"vm2 holds the device", "no JSON object as data"),
+    (binary_headers(FINDING), b"{not json", "not valid JSON"),
 ], ids=["not-a-cloudevent", "bad-structured", "foreign-type", "list-data", "text-data", "invalid-json"])
 def test_malformed_input_is_a_400_and_nothing_is_posted(app_with, receiver, headers, body, fragment):
     client = app_with(WEBHOOK_URL=f"{receiver.url}/hook")
-    response = client.post("/", headers=headers, data=body)
-    assert response.status_code == 400 and fragment in response.get_json()["error"]
+    assert_refused(client.post("/", headers=headers, data=body), fragment)
     assert receiver.posts == []
 
 

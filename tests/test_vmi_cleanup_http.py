@@ -5,79 +5,57 @@ import json
 
 import pytest
 from cloudevents.conversion import to_binary, to_structured
-from cloudevents.http import CloudEvent
 from functions_framework import create_app
 
 from tests.builders import make_launcher_pod, make_vmi
-from tests.conftest import REPO
+from tests.http_cases import (
+    DELETE, MALFORMED, UPDATE, assert_answered_empty, assert_api_down, assert_refused, assert_stops_the_start,
+    binary_headers, post, source_of)
+from tests.http_cases import apiserver_event as event
 
-SOURCE = str(REPO / "functions" / "vmi_cleanup" / "main.py")
+SOURCE = source_of("vmi_cleanup")
 
 
 @pytest.fixture
-def client(monkeypatch, unreachable_kubeconfig):
-    monkeypatch.setenv("KUBECONFIG", str(unreachable_kubeconfig))
-    return create_app(target="handle", source=SOURCE).test_client()
-
-
-def event(data, type_="dev.knative.apiserver.resource.update", kind="VirtualMachineInstance"):
-    return CloudEvent({"type": type_, "source": "https://10.43.0.1:443", "kind": kind,
-                       "subject": "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances/vm1"}, data)
+def client(serve):
+    return serve(SOURCE)
 
 
 @pytest.mark.parametrize("mode", [to_binary, to_structured], ids=["binary", "structured"])
 def test_running_vmi_update_is_answered_empty_without_the_api(client, mode):
-    headers, body = mode(event(make_vmi(phase="Running")))
-    response = client.post("/", headers=headers, data=body)
-    assert response.status_code == 204 and response.data == b""
+    assert_answered_empty(post(client, event(make_vmi(phase="Running")), mode))
 
 
 def test_running_launcher_pod_is_irrelevant(client):
-    headers, body = to_binary(event(make_launcher_pod(make_vmi(), phase="Running"), kind="Pod"))
-    assert client.post("/", headers=headers, data=body).status_code == 204
+    assert post(client, event(make_launcher_pod(make_vmi(), phase="Running"), kind="Pod")).status_code == 204
 
 
 def test_vmi_delete_event_is_irrelevant(client):
-    headers, body = to_binary(event(make_vmi(), type_="dev.knative.apiserver.resource.delete"))
-    assert client.post("/", headers=headers, data=body).status_code == 204
+    assert post(client, event(make_vmi(), type_=DELETE)).status_code == 204
 
 
 @pytest.mark.parametrize("headers,body,fragment", [
-    ({"Content-Type": "application/json"}, b'{"hello": 1}', "not a CloudEvent"),
-    ({"Content-Type": "application/cloudevents+json"}, b"{", "not valid JSON"),
-    ({"ce-specversion": "1.0", "ce-id": "1", "ce-source": "s", "ce-type": "com.example.other",
-      "Content-Type": "application/json"}, b"{}", "unsupported event type"),
-    ({"ce-specversion": "1.0", "ce-id": "1", "ce-source": "s", "ce-type": "dev.knative.apiserver.resource.update",
-      "Content-Type": "application/json"}, b'{"kind": "VirtualMachineInstance"}', "metadata.name"),
-    ({"ce-specversion": "1.0", "ce-id": "1", "ce-source": "s", "ce-type": "dev.knative.apiserver.resource.update",
-      "Content-Type": "application/json"},
+    *MALFORMED,
+    (binary_headers(UPDATE), b'{"kind": "VirtualMachineInstance"}', "metadata.name"),
+    (binary_headers(UPDATE),
      json.dumps({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"}}).encode(),
      "about a Deployment"),
 ])
 def test_malformed_or_unsupported_input_is_a_400_with_a_reason(client, headers, body, fragment):
-    response = client.post("/", headers=headers, data=body)
-    assert response.status_code == 400
-    assert fragment in response.get_json()["error"]
+    assert_refused(client.post("/", headers=headers, data=body), fragment)
 
 
 def test_relevant_event_with_the_api_down_is_a_503_so_the_broker_redelivers(client):
-    headers, body = to_binary(event(make_vmi(phase="Succeeded")))
-    response = client.post("/", headers=headers, data=body)
-    assert response.status_code == 503
-    assert "unreachable" in response.get_json()["error"]
+    assert_api_down(post(client, event(make_vmi(phase="Succeeded"))))
 
 
 def test_probe_answers_without_handling(client):
     assert client.get("/").status_code == 200
 
 
-def test_bad_setting_stops_the_start_naming_the_variable(monkeypatch, unreachable_kubeconfig, capsys):
-    monkeypatch.setenv("KUBECONFIG", str(unreachable_kubeconfig))
-    monkeypatch.setenv("CLEANUP_AFTER", "5 minutes")
-    with pytest.raises(SystemExit) as stopped:
-        create_app(target="handle", source=SOURCE)
-    assert stopped.value.code == 2
-    assert "CLEANUP_AFTER='5 minutes' is not a duration; use a value like 90s, 10m or 2h." in capsys.readouterr().err
+def test_bad_setting_stops_the_start_naming_the_variable(serve, capsys):
+    assert_stops_the_start(lambda: serve(SOURCE, CLEANUP_AFTER="5 minutes"), capsys,
+                           "CLEANUP_AFTER='5 minutes' is not a duration; use a value like 90s, 10m or 2h.")
 
 
 def test_no_cluster_configuration_stops_the_start(monkeypatch, tmp_path, capsys):
