@@ -301,6 +301,7 @@ class World:
     def __init__(self, version: str):
         from tests.sim.apiserver import SimCluster
 
+        self.version = version
         self.cluster = SimCluster(kubevirt_version=version).start()
         self.kubevirt = kv.KubeVirtSim(self.cluster, nodes={NODE: {VF: 1}}, step_delay=0.0,
                                        resync_period=0.2).start()
@@ -351,29 +352,27 @@ class World:
         self.kubevirt.wait_idle()
 
 
-@pytest.fixture(params=[OLD, NEW])
-def world(request):
+def started(version: str):
+    """A World of this KubeVirt version for one test, closed after it."""
     pytest.importorskip("tests.sim.apiserver")
-    w = World(request.param)
-    w.version = request.param
+    w = World(version)
     yield w
     w.close()
+
+
+@pytest.fixture(params=[OLD, NEW])
+def world(request):
+    yield from started(request.param)
 
 
 @pytest.fixture
 def new_world():
-    pytest.importorskip("tests.sim.apiserver")
-    w = World(NEW)
-    yield w
-    w.close()
+    yield from started(NEW)
 
 
 @pytest.fixture
 def old_world():
-    pytest.importorskip("tests.sim.apiserver")
-    w = World(OLD)
-    yield w
-    w.close()
+    yield from started(OLD)
 
 
 def start_and_power_off(world, name, strategy, **vm):

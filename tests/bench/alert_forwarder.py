@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tests import alert_builders as b
 from tests.bench.load import Load, choose
-from tests.bench.vmi_cleanup import NOOP, Run, Server, Spec
+from tests.bench.vmi_cleanup import NOOP, Run, Server, Spec, _running
 from tests.sim.alertmanager import Alertmanager, Receiver, find_binary
 
 ALERT_FORWARDER = Spec("alert-forwarder", "functions/alert_forwarder/main.py")
@@ -38,7 +38,7 @@ def binary(type_: str, data: dict) -> tuple[dict[str, str], bytes]:
 def run_bench(rounds: int, load: Load, generator_name: str, workdir: Path, stack: contextlib.ExitStack,
               say=lambda _: None) -> dict:
     generator = choose(generator_name)
-    receiver = stack.enter_context(_started(Receiver()))
+    receiver = stack.enter_context(_running(Receiver()))
     binary_path = find_binary()
     if binary_path:
         alertmanager = Alertmanager(binary_path, receiver.url)
@@ -77,15 +77,6 @@ def run_bench(rounds: int, load: Load, generator_name: str, workdir: Path, stack
     if binary_path:
         report["alertmanager_alerts"] = len(alertmanager.api("alerts"))
     return report
-
-
-@contextlib.contextmanager
-def _started(receiver: Receiver):
-    receiver.start()
-    try:
-        yield receiver
-    finally:
-        receiver.stop()
 
 
 def render(report: dict) -> str:

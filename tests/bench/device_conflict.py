@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.bench.load import Load, choose
-from tests.bench.vmi_cleanup import NOOP, Server, Spec, binary_event, decisions, post
+from tests.bench.vmi_cleanup import NOOP, Server, Spec, _running, binary_event, decisions, post
 from tests.device_builders import VF, host_device, seed_vm1, seed_vm2
 
 SERVICE_ACCOUNT = "vmevents/device-conflict"
@@ -122,15 +122,6 @@ def run_bench(rounds: int, load: Load, vms: int, workdir: Path, stack: contextli
                       "after_relevant": round(servers[DEVICE_CONFLICT.name].rss_kib() / 1024, 1),
                       "no-op": round(servers[NOOP.name].rss_kib() / 1024, 1)}
     return report
-
-
-@contextlib.contextmanager
-def _running(server: Server):
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def render(r: Report) -> str:

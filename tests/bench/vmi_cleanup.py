@@ -475,12 +475,13 @@ def run_bench(config: Config, workdir: Path, stack: contextlib.ExitStack,
 
 
 @contextlib.contextmanager
-def _running(server: Server):
-    server.start()
+def _running(part):
+    """Start a Server (or anything with start() and stop(), such as a webhook Receiver); stop it on leaving."""
+    part.start()
     try:
-        yield server
+        yield part
     finally:
-        server.stop()
+        part.stop()
 
 
 # -- the report ----------------------------------------------------------------------------------
