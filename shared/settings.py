@@ -35,6 +35,11 @@ def format_duration(delta: timedelta) -> str:
     return f"{seconds}s"
 
 
+def in_scope(namespace: str, included: frozenset[str], excluded: frozenset[str]) -> bool:
+    """A namespace scope from a `*_NAMESPACES` list (empty = all) and a `*_EXCLUDE_NAMESPACES` list."""
+    return namespace not in excluded and (not included or namespace in included)
+
+
 class Env:
     """Typed reads of one environment mapping, each naming the variable when the value is wrong."""
 

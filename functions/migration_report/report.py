@@ -34,7 +34,7 @@ from shared.intake import RESOURCE_PREFIX, Incoming, about
 from shared.kube import EVENT, KUBEVIRT, MIGRATION_POLICY, NAMESPACE, VM, VMI, VMIM
 from shared.replies import Reply, reply_type
 from shared.runtime import Context, Outcome
-from shared.settings import Env, SettingsError
+from shared.settings import Env, SettingsError, in_scope
 
 FUNCTION = "migration-report"
 REASON_FAILED = "MigrationFailed"            # vmevents' own reasons: KubeVirt has none called so (FACTS §4)
@@ -63,9 +63,7 @@ class Settings:
                    exclude_namespaces=env.names("MIGRATION_EXCLUDE_NAMESPACES"))
 
     def in_scope(self, namespace: str) -> bool:
-        if namespace in self.exclude_namespaces:
-            return False
-        return not self.namespaces or namespace in self.namespaces
+        return in_scope(namespace, self.namespaces, self.exclude_namespaces)
 
 
 # -- KubeVirt's arithmetic: resource.Quantity  -----------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from shared.intake import RESOURCE_PREFIX, Incoming, about
 from shared.kube import KUBEVIRT, VM, VMI, VMIM, Conflict
 from shared.replies import Reply, reply_type
 from shared.runtime import Context, Outcome
-from shared.settings import Env, parse_duration
+from shared.settings import Env, in_scope, parse_duration
 
 FUNCTION = "vmi-cleanup"
 SKIP_ANNOTATION = "vmevents.io/skip-cleanup"
@@ -56,9 +56,7 @@ class Settings:
                    exclude_namespaces=env.names("CLEANUP_EXCLUDE_NAMESPACES"))
 
     def in_scope(self, namespace: str) -> bool:
-        if namespace in self.exclude_namespaces:
-            return False
-        return not self.namespaces or namespace in self.namespaces
+        return in_scope(namespace, self.namespaces, self.exclude_namespaces)
 
     @property
     def phases(self) -> tuple[str, ...]:
