@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import random
+import time
 from datetime import datetime
 
 from shared.errors import VmeventsError
 from shared.kube import EVENT, Conflict, Kube
 
 log = logging.getLogger("vmevents.recorder")
-COUNT_ATTEMPTS = 4
+COUNT_ATTEMPTS = 8
 
 
 def _timestamp(now: datetime) -> str:
@@ -69,8 +71,11 @@ class Recorder:
 
     def _count_again(self, namespace: str, name: str, body: dict, stamp: str) -> None:
         """count + 1 on the existing Event. Two deliveries may do this at once: the resourceVersion
-        precondition makes the loser re-read and try again, so no count is lost."""
-        for _ in range(COUNT_ATTEMPTS):
+        precondition makes the loser re-read and try again (after a short random pause, so that
+        racers spread out), and no count is lost."""
+        for attempt in range(COUNT_ATTEMPTS):
+            if attempt:
+                time.sleep(random.uniform(0, 0.01 * attempt))
             existing = self.kube.get(EVENT, namespace, name)
             try:
                 if existing is None:
