@@ -116,6 +116,16 @@ def about(event: Incoming, kinds: Collection[str], function: str, *,
     return About(ref, obj, event.operation == "delete")
 
 
+def may_concern(headers, body: bytes, kinds: Collection[str], tokens: Collection[bytes]) -> bool:
+    """The functions' cheap pre-check on raw bytes. False only for a Resource-mode event of one of
+    `kinds` whose JSON contains none of `tokens` anywhere: such an event is answered as irrelevant
+    without being decoded. It can only err towards decoding (a token found elsewhere in the
+    object); the next re-scan catches anything an event could not show."""
+    if not headers.get("ce-type", "").startswith(RESOURCE_PREFIX) or headers.get("ce-kind") not in kinds:
+        return True
+    return any(token in body for token in tokens)
+
+
 def wsgi_headers(environ: dict) -> dict[str, str]:
     """The headers intake reads, straight from a WSGI environ: Content-Type and every ce-* header.
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from shared import kubevirt as kv
-from shared.intake import RESOURCE_PREFIX, Incoming, about
+from shared.intake import Incoming, about, may_concern
 from shared.kube import EVENT, VM, VMI, Conflict as KubeConflict
 from shared.replies import Reply, reply_type
 from shared.runtime import Context, Outcome
@@ -421,9 +421,7 @@ def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) 
     """The cheap pre-check on raw bytes: a Resource-mode VM or VMI event whose JSON has no
     hostDevices, gpus or allocation annotation anywhere names no device, so it cannot concern a
     conflict and is not decoded. It can only err towards decoding."""
-    if not headers.get("ce-type", "").startswith(RESOURCE_PREFIX) or headers.get("ce-kind") not in _KINDS:
-        return True
-    return any(token in body for token in _DEVICE_TOKENS)
+    return may_concern(headers, body, _KINDS, _DEVICE_TOKENS)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 
 from shared import kubevirt as kv
 from shared.errors import TemporaryError
-from shared.intake import RESOURCE_PREFIX, Incoming, about
+from shared.intake import Incoming, about, may_concern
 from shared.kube import EVENT, LONGHORN_ENGINE, LONGHORN_VOLUME, PV, PVC, VMI, KubeError
 from shared.replies import Reply, reply_type
 from shared.runtime import Context, Outcome
@@ -365,11 +365,7 @@ def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) 
     """A Resource-mode VMI event whose JSON does not contain "PausedIOError" cannot be about an
     IO-error pause (a Running VMI, or one paused by a user or the migration monitor): it is answered
     without decoding and without an API call. An episode's end is found by the re-scan."""
-    if not headers.get("ce-type", "").startswith(RESOURCE_PREFIX):
-        return True
-    if headers.get("ce-kind") != "VirtualMachineInstance":
-        return True
-    return _TOKEN in body
+    return may_concern(headers, body, ("VirtualMachineInstance",), (_TOKEN,))
 
 
 # -- fetch -----------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ import yaml
 
 from shared import kubevirt as kv
 from shared.errors import TemporaryError
-from shared.intake import RESOURCE_PREFIX, Incoming, about
+from shared.intake import Incoming, about, may_concern
 from shared.kube import EVENT, KUBEVIRT, MIGRATION_POLICY, NAMESPACE, VM, VMI, VMIM
 from shared.replies import Reply, reply_type
 from shared.runtime import Context, Outcome
@@ -667,9 +667,7 @@ _FINAL_TOKENS = (b'"Failed"', b'"Succeeded"')
 def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) -> bool:
     """A Resource-mode VMIM event whose JSON names no final phase anywhere is a migration still under way:
     answered without decoding it. It can only err towards decoding; the re-scan catches anything missed."""
-    if not headers.get("ce-type", "").startswith(RESOURCE_PREFIX) or headers.get("ce-kind") != VMIM_KIND:
-        return True
-    return any(token in body for token in _FINAL_TOKENS)
+    return may_concern(headers, body, (VMIM_KIND,), _FINAL_TOKENS)
 
 
 # -- fetch, decide, report ------------------------------------------------------------------------

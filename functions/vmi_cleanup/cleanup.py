@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 from shared import kubevirt as kv
 from shared.errors import TemporaryError
-from shared.intake import RESOURCE_PREFIX, Incoming, about
+from shared.intake import Incoming, about, may_concern
 from shared.kube import KUBEVIRT, VM, VMI, VMIM, Conflict
 from shared.replies import Reply, reply_type
 from shared.runtime import Context, Outcome
@@ -230,11 +230,7 @@ def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) 
     no final phase anywhere cannot concern a cleanup, so it is not decoded at all. It can only err
     towards decoding (a final phase mentioned elsewhere in the object); a missed event would still
     be caught by the next re-scan."""
-    if not headers.get("ce-type", "").startswith(RESOURCE_PREFIX):
-        return True
-    if headers.get("ce-kind") not in ("VirtualMachineInstance", "Pod"):
-        return True
-    return any(token in body for token in settings.phase_tokens)
+    return may_concern(headers, body, ("VirtualMachineInstance", "Pod"), settings.phase_tokens)
 
 
 # -- fetch, decide, act ---------------------------------------------------------------------------
