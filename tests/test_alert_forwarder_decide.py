@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from functions.alert_forwarder.forwarder import (
-    TABLE, Finding, Receiver, Settings, decide, findings, generic_rule, read_headers, slack_message, webhook_payload,
+    TABLE, Receiver, Settings, decide, findings, generic_rule, read_headers, slack_message, webhook_payload,
 )
 from shared.errors import BadEvent
 from shared.intake import Incoming

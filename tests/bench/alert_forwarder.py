@@ -80,7 +80,7 @@ def run_bench(rounds: int, load: Load, generator_name: str, workdir: Path, stack
 
 
 def render(report: dict) -> str:
-    lines = [f"vmevents benchmark: alert-forwarder vs a no-op functions-framework target",
+    lines = ["vmevents benchmark: alert-forwarder vs a no-op functions-framework target",
              f"load generator: {report['generator']} ({report['load']}); {report['rounds']} rounds A/B; medians", "",
              f"{'finding':<44}{'server':<17}{'events/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'non-2xx':>9}"]
     for label, row in report["events"].items():

@@ -116,7 +116,7 @@ def run_bench(rounds: int, load: Load, generator_name: str, workdir: Path, stack
 def render(report: dict) -> str:
     t, io, noop = report["throughput"], IO_PAUSE.name, base.NOOP.name
     irrelevant, rel = report["irrelevant"], report["relevant"]
-    lines = [f"vmevents benchmark: io-pause-report vs a no-op functions-framework target",
+    lines = ["vmevents benchmark: io-pause-report vs a no-op functions-framework target",
              f"load generator: {report['generator']}; {report['rounds']} rounds A/B, medians",
              f"{'irrelevant VMI updates':<26}{'events/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'requests':>10}{'non-2xx':>9}"]
     for name in (io, noop):

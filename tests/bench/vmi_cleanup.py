@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.bench.load import Generator, Load, Result, choose
+from tests.sim.serving import stop_group
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICE_ACCOUNT = "vmevents/vmi-cleanup"
@@ -259,16 +260,8 @@ class Server:
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, sig)  # the whole group: master and worker
-            try:
-                proc.wait(timeout=wait)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+        if proc is not None:
+            stop_group(proc)  # the whole group: master and worker
 
 
 def _tree(root: int) -> list[int]:

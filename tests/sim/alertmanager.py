@@ -24,7 +24,7 @@ from typing import Any
 import requests
 import yaml
 
-from tests.sim.serving import free_port
+from tests.sim.serving import free_port, stop_group
 
 BINARIES = ("prometheus-alertmanager", "alertmanager")  # Debian's name, upstream's name
 
@@ -163,15 +163,7 @@ class Alertmanager:
     def stop(self) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=5)
+            stop_group(proc, signal.SIGTERM, wait=10)
         if self._log:
             self._log.close()
             self._log = None

@@ -30,6 +30,21 @@ class ServingError(RuntimeError):
     """A Knative Service that cannot be run locally, or that did not start."""
 
 
+def stop_group(proc: subprocess.Popen, first: int = signal.SIGTERM, wait: float = 5.0) -> None:
+    """Stop a process started with start_new_session=True and all its children (its process group):
+    `first`, then SIGKILL if it has not exited within `wait` seconds."""
+    for sig, timeout in ((first, wait), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=timeout)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -175,17 +190,9 @@ class FunctionServer:
         proc, self._proc = self._proc, None
         if proc is None:
             return
-        try:
-            # The process group we created (gunicorn and its worker). SIGINT is gunicorn's quick shutdown;
-            # SIGTERM would wait out keep-alive connections (2 s) for nothing.
-            os.killpg(proc.pid, signal.SIGINT)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
+        # The process group we created (gunicorn and its worker). SIGINT is gunicorn's quick shutdown;
+        # SIGTERM would wait out keep-alive connections (2 s) for nothing.
+        stop_group(proc, signal.SIGINT)
         for reader in self._readers:
             reader.join(timeout=2)
         for stream in (proc.stdout, proc.stderr):
