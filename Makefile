@@ -18,13 +18,13 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 run: $(STAMP)
-	$(PYTHON) -m tests.sim.run $(STORY)
+	$(PYTHON) -m simcluster.play $(STORY)
 
 test: $(STAMP)
 	$(PYTHON) -m pytest
 
 bench: $(STAMP)
-	$(PYTHON) -m tests.bench $(BENCH)
+	$(PYTHON) -m bench $(BENCH)
 
 # One image for every function; needs docker or podman (neither runs on the machines this is built on).
 image:

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 import shared.runtime
-from tests.sim.paths import DEPLOY_DIR, REPO
+from simcluster.paths import DEPLOY_DIR, REPO
 
 OVERLAYS_DIR = DEPLOY_DIR / "overlays"
 # Every kustomization an operator can apply: the base and each overlay ("default" is the documented one).

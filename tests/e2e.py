@@ -15,10 +15,10 @@ from typing import Any
 
 from cloudevents.http import CloudEvent
 
-from tests.sim.apiserver import SimCluster
-from tests.sim.knative import LocalKnative, load_manifests
-from tests.sim.kubevirt_controller import KubeVirtSim
-from tests.sim.paths import DEPLOY_DIR
+from simcluster.apiserver import SimCluster
+from localknative.runtime import LocalKnative, load_manifests
+from simcluster.kubevirt import KubeVirtSim
+from simcluster.paths import DEPLOY_DIR
 
 UPDATE = "dev.knative.apiserver.resource.update"
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tests.sim.knative import load_manifests
-from tests.sim.paths import DEPLOY_DIR
+from localknative.runtime import load_manifests
+from simcluster.paths import DEPLOY_DIR
 
 Grant = tuple[str, str, str]  # (verb, api group, resource[/subresource])
 

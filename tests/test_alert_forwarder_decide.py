@@ -13,7 +13,7 @@ from functions.alert_forwarder.forwarder import (
 from shared.errors import BadEvent
 from shared.intake import Incoming
 from shared.settings import SettingsError
-from tests import alert_builders as b
+from simcluster.builders import findings as b
 from tests.conftest import REPO
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc)

@@ -16,12 +16,12 @@ import time
 
 import pytest
 
-from tests import alert_builders as b
+from simcluster.builders import findings as b
 from tests import e2e
 from tests.e2e import eventually
 from tests.rbac import granted, used
-from tests.sim.alertmanager import Alertmanager, Receiver, find_binary
-from tests.sim.run import virtctl_start
+from simcluster.alertmanager import Alertmanager, Receiver, find_binary
+from simcluster.play import virtctl_start
 
 pytestmark = pytest.mark.e2e
 FUNCTION_SA = "vmevents/alert-forwarder"

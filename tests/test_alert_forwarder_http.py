@@ -9,9 +9,9 @@ import functools
 import pytest
 from cloudevents.conversion import to_binary, to_structured
 
-from tests import alert_builders as b
+from simcluster.builders import findings as b
 from tests.http_cases import MALFORMED, assert_refused, binary_headers, post, source_of
-from tests.sim.alertmanager import Receiver
+from simcluster.alertmanager import Receiver
 
 SOURCE = source_of("alert_forwarder")
 FINDING = "io.vmevents.device-conflict.detected"
@@ -153,8 +153,8 @@ def test_the_benchmark_runs_at_a_tiny_size(tmp_path):
     """`make bench`'s alert-forwarder entry end to end, tiny: both findings answered 2xx by both servers."""
     import contextlib
 
-    from tests.bench import alert_forwarder as bench
-    from tests.bench.load import Load
+    from bench import alert_forwarder as bench
+    from bench.load import Load
 
     with contextlib.ExitStack() as stack:
         report = bench.run_bench(1, Load(seconds=1, connections=2, max_requests=30), "auto", tmp_path, stack)

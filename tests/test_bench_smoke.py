@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from tests.bench import load
-from tests.bench.vmi_cleanup import (NOOP, VMI_CLEANUP, Config, Server, binary_event, make_vmi, render,
+from bench import load
+from bench.vmi_cleanup import (NOOP, VMI_CLEANUP, Config, Server, binary_event, make_vmi, render,
                                      run_bench)
 
 pytestmark = pytest.mark.timeout(120)

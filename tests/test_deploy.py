@@ -37,9 +37,9 @@ from tests.deploy import (
     render,
 )
 from tests.rbac import granted
-from tests.sim.paths import DEPLOY_DIR, REFERENCE_DIR
-from tests.sim.schemas import to_json_schema
-from tests.sim.store import type_for_kind
+from simcluster.paths import DEPLOY_DIR, UPSTREAM_DIR
+from simcluster.schemas import to_json_schema
+from simcluster.store import type_for_kind
 
 # The Kubernetes versions the schemas are checked against: the oldest a supported Harvester runs
 # (v1.4 ships Kubernetes 1.30) and the newest the package knows.
@@ -96,7 +96,7 @@ def test_every_function_file_in_base_is_listed_in_the_kustomization():
 # -- schemas ----------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=None)
 def crd_schema(group: str, kind: str, version: str) -> dict:
-    path = REFERENCE_DIR / KNATIVE_CRDS[(group, kind)]
+    path = UPSTREAM_DIR / KNATIVE_CRDS[(group, kind)]
     for crd in yaml.safe_load_all(path.read_text()):
         if crd and crd.get("kind") == "CustomResourceDefinition":
             for v in crd["spec"]["versions"]:
@@ -411,8 +411,8 @@ def test_overlays_change_only_what_they_are_for():
 
 
 def test_the_simulator_runs_what_base_declares():
-    """The e2e tests load deploy/base file by file (tests/sim/knative.py); kustomize must agree."""
-    from tests.sim.knative import load_manifests
+    """The e2e tests load deploy/base file by file (localknative/runtime.py); kustomize must agree."""
+    from localknative.runtime import load_manifests
 
     def key(o):
         return (o["apiVersion"], o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"])

@@ -11,7 +11,7 @@ from functions.device_conflict.conflicts import (BLOCKED, DOUBLE, TAKEN, Index, 
                                                  find_conflicts, plan, recorded_from, target, why_resolved,
                                                  worth_decoding)
 from shared.intake import Incoming
-from tests.device_builders import (NOW, SEED_DEVICE, SEED_NODE, VF, host_device, insufficient, seed_vm1, seed_vm2,
+from simcluster.builders.devices import (NOW, SEED_DEVICE, SEED_NODE, VF, host_device, insufficient, seed_vm1, seed_vm2,
                                    vm, vmi)
 
 GPU = "nvidia.com/NVIDIA_A2-4Q"

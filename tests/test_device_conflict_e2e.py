@@ -3,7 +3,7 @@ device capacity per resource), the local broker routing by the Trigger in deploy
 ApiServerSources for VMs and VMIs, the PingSource, and the function as a real functions-framework
 server with the credentials of its own ServiceAccount.
 
-The seed's story is replayed with the seed's own vm1 and vm2 (tests/device_builders.py). Other
+The seed's story is replayed with the seed's own vm1 and vm2 (simcluster/builders/devices.py). Other
 tests use their own resource names, so the node's capacity of one does not couple them.
 """
 from __future__ import annotations
@@ -14,10 +14,10 @@ import json
 import pytest
 
 from tests import e2e
-from tests.device_builders import SEED_DEVICE, SEED_NODE, VF, host_device, seed_vm1, seed_vm2
+from simcluster.builders.devices import SEED_DEVICE, SEED_NODE, VF, host_device, seed_vm1, seed_vm2
 from tests.e2e import eventually
 from tests.rbac import assert_exact_rbac
-from tests.sim.run import virtctl_start
+from simcluster.play import virtctl_start
 
 pytestmark = pytest.mark.e2e
 FUNCTION_SA = "vmevents/device-conflict"

@@ -8,7 +8,7 @@ import pytest
 from cloudevents.conversion import to_binary, to_structured
 from cloudevents.http import CloudEvent
 
-from tests.device_builders import host_device, seed_vm2, vm, vmi
+from simcluster.builders.devices import host_device, seed_vm2, vm, vmi
 from tests.http_cases import (
     DELETE, MALFORMED, UPDATE, apiserver_event, assert_answered_empty, assert_api_down, assert_refused,
     assert_stops_the_start, binary_headers, post, source_of)

@@ -7,7 +7,7 @@ from cloudevents.http import CloudEvent
 
 from shared.errors import BadEvent
 from shared.intake import about, parse
-from tests.builders import make_vmi
+from simcluster.builders.kubevirt import make_vmi
 
 
 def ce(data, type_="dev.knative.apiserver.resource.update", **extra):

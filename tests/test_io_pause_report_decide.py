@@ -10,7 +10,7 @@ from functions.io_pause_report.io_pause import (
     target, worth_decoding,
 )
 from shared.intake import Incoming
-from tests.io_pause_builders import (
+from simcluster.builders.io_pause import (
     NOW, episode_event, kubevirt_event, make_engine, make_vmi, make_volume,
 )
 

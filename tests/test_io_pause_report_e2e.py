@@ -12,7 +12,7 @@ import pytest
 
 from tests import e2e
 from tests.e2e import eventually
-from tests.io_pause_builders import GIB, LONGHORN_NS, make_engine, make_pv, make_pvc, make_volume
+from simcluster.builders.io_pause import GIB, LONGHORN_NS, make_engine, make_pv, make_pvc, make_volume
 from tests.rbac import assert_exact_rbac
 
 pytestmark = pytest.mark.e2e

@@ -10,7 +10,7 @@ from tests.http_cases import (
     DELETE, MALFORMED, UPDATE, assert_answered_empty, assert_api_down, assert_refused, assert_stops_the_start,
     binary_headers, post, source_of)
 from tests.http_cases import apiserver_event as event
-from tests.io_pause_builders import make_vmi
+from simcluster.builders.io_pause import make_vmi
 
 SOURCE = source_of("io_pause_report")
 SETTINGS = ("IO_PAUSE_STUCK_AFTER", "IO_PAUSE_RESOLVED_AFTER", "LONGHORN_NAMESPACE")

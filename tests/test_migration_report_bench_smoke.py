@@ -1,8 +1,8 @@
 """`make bench` for migration-report, in miniature: it runs, and what it reports holds."""
 import contextlib
 
-from tests.bench.load import Load
-from tests.bench.migration_report import render, run
+from bench.load import Load
+from bench.migration_report import render, run
 
 
 def test_the_benchmark_runs_and_irrelevant_updates_make_no_api_call(tmp_path):

@@ -1,6 +1,6 @@
 """migration-report's arithmetic and decision table, row by row: pure, on a fixed clock (no cluster, no HTTP).
 
-Objects are shaped like KubeVirt 1.1, 1.3 and 1.8 (tests/migration_builders.py, after the CONSTRUCTED
+Objects are shaped like KubeVirt 1.1, 1.3 and 1.8 (simcluster/builders/migration.py, after the CONSTRUCTED
 examples in ../shared/reference/examples/).
 """
 from datetime import timedelta
@@ -11,7 +11,7 @@ import yaml
 from functions.migration_report.report import (
     Action, Facts, Settings, data_size, decide, defaults, effective_configuration, match_policy, quantity,
     read_failure_reason, scaled_giga)
-from tests.migration_builders import (
+from simcluster.builders.migration import (
     ABORTED_19, NOT_COMPLETED, NOW, STARTED, STUCK, make_event, make_kubevirt, make_namespace, make_policy,
     make_state, make_vmi, make_vmim, migrated_event)
 

@@ -4,7 +4,7 @@ functions-framework HTTP server with the credentials of its own ServiceAccount.
 
 The simulated KubeVirt does not model live migration, so each test plays KubeVirt's part through the
 SimCluster: it creates the VM, VMI and VMIM, KubeVirt's own Events, and moves the VMIM to its final
-phase with a status patch (shaped like KubeVirt 1.1, 1.3 and 1.8; tests/migration_builders.py).
+phase with a status patch (shaped like KubeVirt 1.1, 1.3 and 1.8; simcluster/builders/migration.py).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from tests import e2e
 from tests.e2e import eventually, kubevirt_versions
-from tests.migration_builders import (
+from simcluster.builders.migration import (
     NOT_COMPLETED, STUCK, create_guest, create_migration, make_namespace, make_policy, unschedulable_events)
 from tests.rbac import assert_exact_rbac
 

@@ -9,7 +9,7 @@ from cloudevents.conversion import to_binary, to_structured
 from tests.http_cases import (
     DELETE, MALFORMED, UPDATE, apiserver_event, assert_answered_empty, assert_api_down, assert_refused,
     assert_stops_the_start, binary_headers, post, source_of)
-from tests.migration_builders import NOT_COMPLETED, make_state, make_vmi, make_vmim
+from simcluster.builders.migration import NOT_COMPLETED, make_state, make_vmi, make_vmim
 
 SOURCE = source_of("migration_report")
 SETTINGS = ("MIGRATION_WARN_RATIO", "MIGRATION_REPORT_WITHIN", "MIGRATION_NAMESPACES", "MIGRATION_EXCLUDE_NAMESPACES")

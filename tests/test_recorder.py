@@ -4,7 +4,7 @@ from datetime import datetime, timezone
 
 from shared.kube import Kube
 from shared.recorder import Recorder
-from tests.sim.apiserver import SimCluster
+from simcluster.apiserver import SimCluster
 
 NOW = datetime(2026, 11, 30, 13, 0, tzinfo=timezone.utc)
 VM = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",

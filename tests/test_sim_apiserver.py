@@ -16,8 +16,8 @@ import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from tests.sim import paths, schemas
-from tests.sim.apiserver import SimCluster
+from simcluster import paths, schemas
+from simcluster.apiserver import SimCluster
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -388,7 +388,7 @@ def test_kubevirt_schema_follows_the_cluster_version(version, release):
 
 
 def test_upstream_pcidevice_sample_is_accepted(cluster):
-    sample = yaml.safe_load((paths.REFERENCE_DIR / "harvester-pcidevices" / "sample-pcidevice.yaml").read_text())
+    sample = yaml.safe_load((paths.UPSTREAM_DIR / "harvester-pcidevices" / "sample-pcidevice.yaml").read_text())
     stored = cluster.create(sample)
     assert stored["status"]["resourceName"] == "intel.com/ETHERNET_CONNECTION_11_I219LM"
     assert cluster.list("devices.harvesterhci.io/v1beta1", "PCIDevice")[0]["metadata"]["name"] == "pcidevice-sample"

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from tests.sim import kubevirt_controller as kvsim
-from tests.sim.apiserver import SimCluster
-from tests.sim.kubevirt_controller import KubeVirtSim, io_error_message, io_resume_backoff
+from simcluster import kubevirt as kvsim
+from simcluster.apiserver import SimCluster
+from simcluster.kubevirt import KubeVirtSim, io_error_message, io_resume_backoff
 
 
 def test_the_resume_backoff_doubles_from_10s_to_at_most_3m():

@@ -18,7 +18,7 @@ import requests
 import yaml
 from cloudevents.conversion import to_structured
 
-from tests.sim.broker import (
+from localknative.broker import (
     ERROR_DATA_MAX,
     Broker,
     DeliverySpec,
@@ -29,10 +29,10 @@ from tests.sim.broker import (
     parse_duration,
     validate_trigger,
 )
-from tests.sim.knative import LocalKnative, load_manifests, of_kind
-from tests.sim.paths import DEPLOY_DIR, REFERENCE_DIR
-from tests.sim.serving import FunctionServer, ServingError
-from tests.sim.sources import (
+from localknative.runtime import LocalKnative, load_manifests, of_kind
+from simcluster.paths import DEPLOY_DIR, UPSTREAM_DIR
+from localknative.serving import FunctionServer, ServingError
+from localknative.sources import (
     ApiServerSourceAdapter,
     PingSourceAdapter,
     guess_plural,
@@ -473,7 +473,7 @@ def test_deliveries_to_different_triggers_run_concurrently(receivers, brokers):
 
 
 def test_resource_event_matches_the_reference_example():
-    example = json.loads((REFERENCE_DIR / "examples" / "CONSTRUCTED-apiserversource-resource-update-cloudevent.json").read_text())
+    example = json.loads((UPSTREAM_DIR / "examples" / "CONSTRUCTED-apiserversource-resource-update-cloudevent.json").read_text())
     event = make_apiserver_event("MODIFIED", example["data"], example["source"], "Resource")
     for key in ("type", "source", "subject", "datacontenttype", "kind", "apiversion", "name", "namespace"):
         assert event[key] == example[key], key
@@ -701,13 +701,13 @@ def launcher_pod(name: str, namespace: str = "default", labels: dict | None = No
 
 @pytest.fixture
 def cluster():
-    apiserver = pytest.importorskip("tests.sim.apiserver", reason="the simulated API server is not there yet")
+    apiserver = pytest.importorskip("simcluster.apiserver", reason="the simulated API server is not there yet")
     with apiserver.SimCluster() as sim:
         yield sim
 
 
 def test_apiserversource_turns_watch_events_into_knative_cloudevents(cluster, receivers):
-    from tests.builders import make_vmi
+    from simcluster.builders.kubevirt import make_vmi
 
     sink = receivers()
     cluster.create(make_vmi("old", phase="Running", finished=None))
@@ -747,7 +747,7 @@ def test_apiserversource_turns_watch_events_into_knative_cloudevents(cluster, re
 
 
 def test_apiserversource_sends_nothing_for_objects_that_exist_at_start(cluster, receivers):
-    from tests.builders import make_vmi
+    from simcluster.builders.kubevirt import make_vmi
 
     sink = receivers()
     cluster.create(make_vmi("before", phase="Running", finished=None))

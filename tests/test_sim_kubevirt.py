@@ -9,8 +9,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tests.sim import kubevirt_controller as kv
-from tests.sim.kubevirt_controller import (
+from simcluster import kubevirt as kv
+from simcluster.kubevirt import (
     ADD_START_REQUEST, ADD_VM_FINALIZER, REMOVE_VM_FINALIZER, REMOVE_VMI_FINALIZER, SET_ALWAYS, START, STOP,
     VM_CONTROLLER_FINALIZER, launcher_pod, parse_version, printable_status, reconcile, schedule, vm_status,
 )
@@ -299,7 +299,7 @@ class World:
     """A simulated cluster with KubeVirt of one version, one node with one VF, and helpers."""
 
     def __init__(self, version: str):
-        from tests.sim.apiserver import SimCluster
+        from simcluster.apiserver import SimCluster
 
         self.version = version
         self.cluster = SimCluster(kubevirt_version=version).start()
@@ -354,7 +354,7 @@ class World:
 
 def started(version: str):
     """A World of this KubeVirt version for one test, closed after it."""
-    pytest.importorskip("tests.sim.apiserver")
+    pytest.importorskip("simcluster.apiserver")
     w = World(version)
     yield w
     w.close()
@@ -408,7 +408,7 @@ ROWS = [
 
 @pytest.mark.parametrize("strategy, version, after_poweroff, after_delete", ROWS)
 def test_guest_power_off_per_run_strategy(strategy, version, after_poweroff, after_delete):
-    pytest.importorskip("tests.sim.apiserver")
+    pytest.importorskip("simcluster.apiserver")
     world = World(version)
     try:
         if strategy == "Manual":

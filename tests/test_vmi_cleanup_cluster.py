@@ -12,8 +12,8 @@ from functions.vmi_cleanup.cleanup import FUNCTION, Settings, converge, rescan
 from shared.kube import Kube
 from shared.recorder import Recorder
 from shared.runtime import Context
-from tests.builders import make_vm, make_vmi
-from tests.sim.apiserver import SimCluster
+from simcluster.builders.kubevirt import make_vm, make_vmi
+from simcluster.apiserver import SimCluster
 
 NOW = datetime(2026, 11, 30, 13, 0, tzinfo=timezone.utc)
 FINISHED = NOW - timedelta(hours=1)

@@ -4,7 +4,7 @@ from datetime import timedelta
 import pytest
 
 from functions.vmi_cleanup.cleanup import Action, Settings, decide, halt_patch
-from tests.builders import FINISHED, make_vm, make_vmi
+from simcluster.builders.kubevirt import FINISHED, make_vm, make_vmi
 
 DUE = FINISHED + timedelta(minutes=10)          # the default CLEANUP_AFTER has passed
 OLD, NEW = (1, 1, 1), (1, 3, 1)

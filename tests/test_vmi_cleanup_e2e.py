@@ -14,10 +14,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from tests import e2e
-from tests.builders import make_vmi
+from simcluster.builders.kubevirt import make_vmi
 from tests.e2e import eventually, kubevirt_versions
 from tests.rbac import assert_exact_rbac
-from tests.sim.run import virtctl_start
+from simcluster.play import virtctl_start
 
 pytestmark = pytest.mark.e2e
 FUNCTION_SA = "vmevents/vmi-cleanup"

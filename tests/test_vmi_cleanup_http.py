@@ -7,7 +7,7 @@ import pytest
 from cloudevents.conversion import to_binary, to_structured
 from functions_framework import create_app
 
-from tests.builders import make_launcher_pod, make_vmi
+from simcluster.builders.kubevirt import make_launcher_pod, make_vmi
 from tests.http_cases import (
     DELETE, MALFORMED, UPDATE, assert_answered_empty, assert_api_down, assert_refused, assert_stops_the_start,
     binary_headers, post, source_of)

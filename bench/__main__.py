@@ -1,0 +1,20 @@
+"""`make bench`: every function's benchmark, one after the other (`python -m bench [name ...]`)."""
+import importlib
+import sys
+
+ALL = ["vmi_cleanup", "device_conflict", "migration_report", "io_pause_report", "alert_forwarder"]
+
+
+def main(argv: list[str]) -> int:
+    unknown = sorted(set(argv) - set(ALL))
+    if unknown:
+        print(f"no benchmark named {', '.join(unknown)}; there are: {', '.join(ALL)}", file=sys.stderr)
+        return 2
+    status = 0
+    for name in argv or ALL:
+        status |= importlib.import_module(f"bench.{name}").main([])
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
