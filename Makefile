@@ -5,7 +5,7 @@ STAMP := .run/installed
 .PHONY: install run test bench clean image lock deploy undeploy e2e
 
 # Install on a real cluster (README "Install on Harvester"). IMAGE must match deploy/base/kustomization.yaml
-# `images` (tests/test_deploy.py checks the default); OVERLAY is one of deploy/overlays/.
+# `images` (tests/deploy/test_deploy.py checks the default); OVERLAY is one of deploy/overlays/.
 IMAGE ?= registry.example.com/vmevents/vmevents:0.1.0
 OVERLAY ?= default
 CONTAINER_ENGINE ?= $(shell command -v docker || command -v podman)

@@ -20,10 +20,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from simcluster.builders import findings as b
 from bench.load import Load, choose
 from bench.vmi_cleanup import NOOP, Run, Server, Spec, _running
 from simcluster.alertmanager import Alertmanager, Receiver, find_binary
+from simcluster.builders import findings as b
 
 ALERT_FORWARDER = Spec("alert-forwarder", "functions/alert_forwarder/main.py")
 

@@ -15,7 +15,7 @@ import statistics
 import sys
 import tempfile
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import vmi_cleanup as base
@@ -38,7 +38,7 @@ class Cluster(base.Cluster):
 def paused_vmi(name: str, vm: dict, reason: str) -> dict:
     vmi = base.make_vmi(name, vm=vm)
     vmi["status"]["conditions"].append({"type": "Paused", "status": "True", "reason": reason, "lastProbeTime": None,
-                                        "lastTransitionTime": base.stamp(datetime.now(timezone.utc))})
+                                        "lastTransitionTime": base.stamp(datetime.now(UTC))})
     return vmi
 
 

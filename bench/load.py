@@ -49,7 +49,7 @@ class LoadError(RuntimeError):
     pass
 
 
-def choose(prefer: str = "auto") -> "Generator":
+def choose(prefer: str = "auto") -> Generator:
     """`wrk` when it is on PATH (or asked for), else the Python client."""
     if prefer == "python" or (prefer == "auto" and not shutil.which("wrk")):
         return PythonClient()

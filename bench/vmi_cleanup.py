@@ -27,7 +27,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +83,7 @@ def make_vmi(name: str, namespace: str = "default", *, phase: str = "Running", v
              now: datetime | None = None) -> dict:
     """A VMI as the API server returns it for a Harvester VM (seed: harvester-issue-auto-clean-vmi):
     spec, conditions, interfaces, guest OS, volumes and phase history; a few KB of JSON."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     started = now - timedelta(hours=2)
     transitions = [{"phase": p, "phaseTransitionTimestamp": stamp(started + timedelta(seconds=s))}
                    for p, s in (("Pending", 0), ("Scheduling", 1), ("Scheduled", 9), ("Running", 12))]
@@ -216,7 +216,7 @@ class Server:
         self.proc: subprocess.Popen | None = None
         self.spawned = 0.0
 
-    def start(self) -> "Server":
+    def start(self) -> Server:
         self.port = _free_port()
         env = {k: os.environ[k] for k in _HOST_ENV if k in os.environ}
         env.update(PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", KUBECONFIG=self.kubeconfig, PORT=str(self.port),
@@ -348,7 +348,7 @@ class Run:
     failed: int
 
     @classmethod
-    def of(cls, server: str, result: Result) -> "Run":
+    def of(cls, server: str, result: Result) -> Run:
         return cls(server, result.requests, round(result.per_second, 1), round(result.p50_ms, 3),
                    round(result.p99_ms, 3), result.failed)
 

@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -222,7 +222,7 @@ class DeliverySpec:
     dead_letter_sink: Mapping[str, Any] | None = None
 
     @classmethod
-    def from_manifest(cls, spec: Mapping[str, Any] | None) -> "DeliverySpec":
+    def from_manifest(cls, spec: Mapping[str, Any] | None) -> DeliverySpec:
         spec = spec or {}
         policy = spec.get("backoffPolicy", "exponential")
         if policy not in ("exponential", "linear"):
@@ -336,7 +336,7 @@ def _error_data(body: bytes) -> str:
 
 
 def _now_rfc3339() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -422,7 +422,7 @@ class Broker:
     def triggers(self) -> list[str]:
         return [r.name for r in self._routes]
 
-    def start(self) -> "Broker":
+    def start(self) -> Broker:
         broker = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -454,7 +454,7 @@ class Broker:
         for route in self._routes:
             route.pool.shutdown(wait=False, cancel_futures=True)
 
-    def __enter__(self) -> "Broker":
+    def __enter__(self) -> Broker:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

@@ -37,7 +37,6 @@ from localknative.sources import (  # noqa: F401
     self_link,
 )
 
-
 # Kinds without a namespace (everything else gets the kustomization's `namespace:`).
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
                   "PersistentVolume", "Node", "StorageClass", "PriorityClass"}
@@ -146,7 +145,7 @@ class LocalKnative:
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    def start(self) -> "LocalKnative":
+    def start(self) -> LocalKnative:
         try:
             self._start_functions()
             self._start_brokers()
@@ -207,7 +206,7 @@ class LocalKnative:
     def wait_idle(self, timeout: float = 10.0) -> bool:
         return all(b.wait_idle(timeout) for b in self.brokers.values())
 
-    def __enter__(self) -> "LocalKnative":
+    def __enter__(self) -> LocalKnative:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

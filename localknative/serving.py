@@ -110,7 +110,7 @@ class FunctionServer:
             raise ServingError(f"{self.name} is not started.")
         return f"http://127.0.0.1:{self.port}/"
 
-    def start(self, timeout: float = 20.0) -> "FunctionServer":
+    def start(self, timeout: float = 20.0) -> FunctionServer:
         source = self.repo / self.env["FUNCTION_SOURCE"]
         if not source.exists():
             raise ServingError(f"Knative Service {self.name}: FUNCTION_SOURCE {self.env['FUNCTION_SOURCE']} does not exist in {self.repo}.")
@@ -199,7 +199,7 @@ class FunctionServer:
             if stream:
                 stream.close()
 
-    def __enter__(self) -> "FunctionServer":
+    def __enter__(self) -> FunctionServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

@@ -216,7 +216,7 @@ class ApiServerSourceAdapter:
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    def start(self, timeout: float = 10.0) -> "ApiServerSourceAdapter":
+    def start(self, timeout: float = 10.0) -> ApiServerSourceAdapter:
         for target in self._targets:
             thread = threading.Thread(target=self._run, args=(target,), daemon=True,
                                       name=f"apiserversource-{self.name}-{target.plural}")
@@ -409,7 +409,7 @@ class PingSourceAdapter:
             self.on_event(event, status)
         return event
 
-    def start(self) -> "PingSourceAdapter":
+    def start(self) -> PingSourceAdapter:
         def loop() -> None:
             while not self._stop.wait(self.interval):
                 self.tick()

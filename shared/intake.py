@@ -9,10 +9,11 @@ every event, and each failure must become a sentence an operator can act on.
 """
 from __future__ import annotations
 
-import orjson
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from shared.errors import BadEvent
 

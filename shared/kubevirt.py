@@ -5,7 +5,7 @@ Pure functions over the dicts the API returns; no I/O.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 FINAL_PHASES = ("Succeeded", "Failed")
 RUN_STRATEGIES = ("Always", "RerunOnFailure", "Manual", "Once", "Halted")
@@ -38,7 +38,7 @@ def parse_time(text: str | None) -> datetime | None:
         value = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def phase(vmi: dict) -> str:

@@ -54,7 +54,7 @@ class Receiver:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> "Receiver":
+    def start(self) -> Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -127,7 +127,7 @@ class Alertmanager:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 20.0) -> "Alertmanager":
+    def start(self, timeout: float = 20.0) -> Alertmanager:
         self._log = open(self.workdir / "log", "wb")
         self._proc = subprocess.Popen(
             [self.binary, f"--config.file={self.workdir / 'alertmanager.yml'}",

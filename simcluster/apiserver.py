@@ -26,12 +26,22 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from simcluster import paths, patches, selectors
+from simcluster import patches, paths, selectors
 from simcluster.faults import Fault, Faults
 from simcluster.rbac import ADMIN, Authorizer, Request
 from simcluster.schemas import SchemaRegistry
-from simcluster.store import (RESOURCES, ApiError, ResourceType, Store, WatchEvent, bad_request, conflict, find_type,
-                             internal_error, type_for_kind)
+from simcluster.store import (
+    RESOURCES,
+    ApiError,
+    ResourceType,
+    Store,
+    WatchEvent,
+    bad_request,
+    conflict,
+    find_type,
+    internal_error,
+    type_for_kind,
+)
 
 KUBEVIRT_SUBRESOURCES = "subresources.kubevirt.io"
 LIFECYCLE_ACTIONS = ("start", "stop")
@@ -266,7 +276,7 @@ def _core_discovery(path: str, host: str) -> dict:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address, cluster: "SimCluster"):
+    def __init__(self, address, cluster: SimCluster):
         self.cluster = cluster
         self.connections: set[socket.socket] = set()
         super().__init__(address, _Handler)
@@ -625,7 +635,7 @@ class SimCluster:
 
     # -- life ----------------------------------------------------------------------------------------------------
 
-    def start(self) -> "SimCluster":
+    def start(self) -> SimCluster:
         self._tmpdir = tempfile.mkdtemp(prefix="vmevents-sim-")
         self._kubeconfig_lock = threading.Lock()
         self._server = _Server(self._address, self)
@@ -653,7 +663,7 @@ class SimCluster:
         shutil.rmtree(self._tmpdir, ignore_errors=True)
         self._server = None
 
-    def __enter__(self) -> "SimCluster":
+    def __enter__(self) -> SimCluster:
         return self.start()
 
     def __exit__(self, *exc):

@@ -18,10 +18,11 @@ import secrets
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +67,8 @@ def parse_version(version: str) -> tuple[int, int, int]:
 def rfc3339(when: datetime) -> str:
     """KubeVirt's timestamps: RFC 3339, UTC, second precision (metav1.Time)."""
     if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        when = when.replace(tzinfo=UTC)
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _meta(obj: Mapping | None) -> Mapping:
@@ -728,7 +729,7 @@ class KubeVirtSim:
         self.resync_period = resync_period
         # IO-error pauses and resumes run on KubeVirt's backoff times this factor (tests: 0.01).
         self.io_time_scale = io_time_scale
-        self.clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
+        self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
         self._io: dict[Key, IOFault] = {}
 
         self._cond = threading.Condition()
@@ -746,7 +747,7 @@ class KubeVirtSim:
         self._lister = self._new_kube()   # resync and wait_idle (listing only)
 
     # -- lifecycle
-    def start(self) -> "KubeVirtSim":
+    def start(self) -> KubeVirtSim:
         if self._threads:
             return self
         self._stop.clear()
@@ -776,7 +777,7 @@ class KubeVirtSim:
                 pass
         self._api_clients = []
 
-    def __enter__(self) -> "KubeVirtSim":
+    def __enter__(self) -> KubeVirtSim:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

@@ -16,7 +16,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from localknative.runtime import LocalKnative, load_manifests
 from simcluster.paths import DEPLOY_DIR
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"no story named {', '.join(unknown)}; there are: {', '.join(stories.ALL)}", file=sys.stderr)
         return 2
-    print(f"vmevents, {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%SZ}: the stories of the Harvester issue and "
+    print(f"vmevents, {datetime.now(UTC):%Y-%m-%d %H:%M:%SZ}: the stories of the Harvester issue and "
           f"knowledge base, played on a simulated cluster.")
     for name in chosen or stories.ALL:
         stories.load(name).play()

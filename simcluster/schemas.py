@@ -133,7 +133,7 @@ class SchemaRegistry:
         return None, rt
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled(path: Path | None, rt: ResourceType):
     raw = _find_schema(path, rt) if path is not None and path.exists() else None
     if raw is None:
@@ -149,7 +149,7 @@ def _find_schema(path: Path, rt: ResourceType) -> dict | None:
     return _crd_schema(path, rt)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _crd_documents(path: Path) -> tuple:
     """The CRDs in a manifest file. Helm charts wrap theirs in `{{ if }} ... {{ else }} ... {{ end }}`
     (keep the first branch, apiextensions.k8s.io/v1) and template some values (dropped)."""

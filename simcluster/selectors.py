@@ -6,7 +6,7 @@ ignored them would hide bugs that only show on a real cluster with more than one
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 # labels.Parse: `key`, `!key`, `key=v`, `key==v`, `key!=v`, `key in (a,b)`, `key notin (a,b)`.
 _KEY = r"[A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?"

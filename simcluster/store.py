@@ -15,9 +15,10 @@ import re
 import threading
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from simcluster import patches, selectors
 
@@ -43,18 +44,18 @@ class ApiError(Exception):
         return body
 
 
-def _details(rt: "ResourceType", name: str, **extra) -> dict:
+def _details(rt: ResourceType, name: str, **extra) -> dict:
     # StatusDetails.kind holds the *resource* (plural) for these errors, as in errors.NewNotFound.
     details = {"name": name, "group": rt.group, "kind": rt.plural} if name else {"group": rt.group, "kind": rt.plural}
     details.update(extra)
     return details
 
 
-def not_found(rt: "ResourceType", name: str) -> ApiError:
+def not_found(rt: ResourceType, name: str) -> ApiError:
     return ApiError(404, "NotFound", f'{rt.qualified} "{name}" not found', _details(rt, name))
 
 
-def already_exists(rt: "ResourceType", name: str) -> ApiError:
+def already_exists(rt: ResourceType, name: str) -> ApiError:
     return ApiError(409, "AlreadyExists", f'{rt.qualified} "{name}" already exists', _details(rt, name))
 
 
@@ -73,7 +74,7 @@ def internal_error(why: str) -> ApiError:
     return ApiError(500, "InternalError", f"Internal error occurred: {why}", {"causes": [{"message": why}]})
 
 
-def invalid(rt: "ResourceType", name: str, causes: list[dict]) -> ApiError:
+def invalid(rt: ResourceType, name: str, causes: list[dict]) -> ApiError:
     """errors.NewInvalid: `<Kind>.<group> "<name>" is invalid: <field errors>` with one cause per field."""
     rendered = [f'{c["field"]}: {c["message"]}' for c in causes]
     summary = rendered[0] if len(rendered) == 1 else "[" + ", ".join(rendered) + "]"
@@ -174,7 +175,7 @@ _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-
 
 def now_rfc3339() -> str:
     """metav1.Time serialises in RFC 3339 UTC with second precision."""
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def clone(obj):

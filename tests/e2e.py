@@ -15,8 +15,8 @@ from typing import Any
 
 from cloudevents.http import CloudEvent
 
-from simcluster.apiserver import SimCluster
 from localknative.runtime import LocalKnative, load_manifests
+from simcluster.apiserver import SimCluster
 from simcluster.kubevirt import KubeVirtSim
 from simcluster.paths import DEPLOY_DIR
 

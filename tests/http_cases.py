@@ -1,4 +1,4 @@
-"""What every function's HTTP tests (tests/test_*_http.py) share: where a function's source is, the
+"""What every function's HTTP tests (tests/functions/*/test_http.py) share: where a function's source is, the
 ApiServerSource CloudEvent they post, the malformed requests every function must refuse, and the
 answers they check. The test client itself comes from the `serve` fixture in tests/conftest.py."""
 from __future__ import annotations

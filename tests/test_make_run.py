@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from tests.conftest import REPO
 from simcluster.apiserver import SimCluster
 from simcluster.kubevirt import KubeVirtSim
 from simcluster.play import virtctl_start
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.e2e
 

@@ -66,7 +66,7 @@ class Settings:
     timeout: float = 5.0
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> "Settings":
+    def from_env(cls, environ: Mapping[str, str]) -> Settings:
         env = Env(environ)
         am_urls = _urls(env, "ALERTMANAGER_URL")
         webhook_urls = _urls(env, "WEBHOOK_URL")

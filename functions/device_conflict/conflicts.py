@@ -30,7 +30,8 @@ from datetime import datetime, timedelta
 
 from shared import kubevirt as kv
 from shared.intake import Incoming, about, may_concern
-from shared.kube import EVENT, VM, VMI, Conflict as KubeConflict
+from shared.kube import EVENT, VM, VMI
+from shared.kube import Conflict as KubeConflict
 from shared.replies import Reply, reply_type
 from shared.runtime import Context, Outcome
 from shared.settings import Env
@@ -65,7 +66,7 @@ class Settings:
     recent_start: timedelta = timedelta(minutes=5)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> "Settings":
+    def from_env(cls, environ: Mapping[str, str]) -> Settings:
         return cls(recent_start=Env(environ).duration("CONFLICT_RECENT_START", "5m"))
 
 
@@ -119,7 +120,7 @@ def spec_devices(spec: Mapping | None) -> frozenset[Device]:
 
 
 def vm_devices(vm: Mapping) -> frozenset[Device]:
-    return spec_devices((((vm.get("spec") or {}).get("template") or {}).get("spec")))
+    return spec_devices(((vm.get("spec") or {}).get("template") or {}).get("spec"))
 
 
 def allocated_devices(vm: Mapping | None) -> frozenset[Device] | None:

@@ -74,7 +74,7 @@ class Settings:
     longhorn_namespace: str = "longhorn-system"
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> "Settings":
+    def from_env(cls, environ: Mapping[str, str]) -> Settings:
         env = Env(environ)
         namespace = env.raw("LONGHORN_NAMESPACE", "longhorn-system")
         if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", namespace):

@@ -51,7 +51,7 @@ class Settings:
     exclude_namespaces: frozenset[str] = frozenset()
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> "Settings":
+    def from_env(cls, environ: Mapping[str, str]) -> Settings:
         env = Env(environ)
         within = env.duration("MIGRATION_REPORT_WITHIN", "30m")
         if within <= timedelta(0):
@@ -383,7 +383,7 @@ def analyse(facts: Facts) -> dict:
     return report
 
 
-def _policy(facts: Facts, state: dict) -> "PolicyMatch":
+def _policy(facts: Facts, state: dict) -> PolicyMatch:
     recorded = state.get("migrationPolicyName")
     if recorded:
         policy = next((p for p in facts.policies if kv.meta(p).get("name") == recorded), None)
@@ -401,7 +401,7 @@ def _vm_as_vmi(vm: dict | None) -> dict | None:
     return {"spec": template.get("spec") or {}, "status": {}} if template else None
 
 
-def _size_dict(size: "DataSize | None") -> dict | None:
+def _size_dict(size: DataSize | None) -> dict | None:
     if size is None:
         return None
     return {"memory": size.memory, "from": size.source, "bytes": size.bytes, "gigabytes": size.gigabytes,

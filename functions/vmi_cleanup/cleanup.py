@@ -47,7 +47,7 @@ class Settings:
     exclude_namespaces: frozenset[str] = frozenset()
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> "Settings":
+    def from_env(cls, environ: Mapping[str, str]) -> Settings:
         env = Env(environ)
         return cls(cleanup_after=env.duration("CLEANUP_AFTER", "10m"),
                    cleanup_failed=env.boolean("CLEANUP_FAILED", False),

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 VF = "intel.com/82599_ETHERNET_CONTROLLER_VIRTUAL_FUNCTION"
 SEED_DEVICE = "harvester-ktmg4-000004102"
 SEED_NODE = "harvester-ktmg4"
-NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 
 
 def stamp(when: datetime) -> str:

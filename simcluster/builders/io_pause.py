@@ -4,9 +4,9 @@ and the Events KubeVirt and the function record (FACTS.md §5)."""
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
-NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 LONGHORN_NS = "longhorn-system"
 GIB = 2**30
 

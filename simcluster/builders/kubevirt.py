@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import copy
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
-FINISHED = datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc)
+FINISHED = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 STARTED = FINISHED - timedelta(hours=2)
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import copy
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
-STARTED = datetime(2026, 11, 30, 9, 0, 5, tzinfo=timezone.utc)
+STARTED = datetime(2026, 11, 30, 9, 0, 5, tzinfo=UTC)
 NOW = STARTED + timedelta(minutes=20)   # the fixed clock of the decision tests
 NOT_COMPLETED = "Live migration is not completed after {} seconds and has been aborted"
 STUCK = "Live migration stuck for {} seconds and has been aborted"
@@ -164,7 +164,7 @@ def create_migration(cluster, shape: str, vmi: dict, *, took: int, phase: str = 
     seconds and ended just now in `phase`: the VMIM created Running, the VMI's migrationState, KubeVirt's
     own Events (callables (vmim, vmi) → Event), then the VMIM's final status (an update event)."""
     meta = vmi["metadata"]
-    started = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(seconds=took + 2)
+    started = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=took + 2)
     final = make_vmim(meta["name"], meta["namespace"], phase=phase, took=took, version=shape, started=started,
                       reached_running=reached_running)
     running = copy.deepcopy(final)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import time
 
-from simcluster.builders import findings as b
 from simcluster.alertmanager import Alertmanager, Receiver, find_binary
+from simcluster.builders import findings as b
 from simcluster.play import Stage, stage, wait_until
 
 NS = "default"

@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from tests.deploy import KUSTOMIZATIONS, ident, kubectl, path_of, render
+from tests.deploy.kustomize import KUSTOMIZATIONS, ident, kubectl, path_of, render
 from tests.rbac import granted
 
 KUBECONFIG = os.environ.get("VMEVENTS_E2E_KUBECONFIG")

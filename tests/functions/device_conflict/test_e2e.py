@@ -1,0 +1,232 @@
+"""device-conflict end to end: the simulated API server and KubeVirt (one node, harvester-ktmg4, with
+device capacity per resource), the local broker routing by the Trigger in deploy/, the
+ApiServerSources for VMs and VMIs, the PingSource, and the function as a real functions-framework
+server with the credentials of its own ServiceAccount.
+
+The seed's story is replayed with the seed's own vm1 and vm2 (simcluster/builders/devices.py). Other
+tests use their own resource names, so the node's capacity of one does not couple them.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from simcluster.builders.devices import SEED_DEVICE, SEED_NODE, VF, host_device, seed_vm1, seed_vm2
+from simcluster.play import virtctl_start
+from tests import e2e
+from tests.e2e import eventually
+from tests.rbac import assert_exact_rbac
+
+pytestmark = pytest.mark.e2e
+FUNCTION_SA = "vmevents/device-conflict"
+PREFIX = "io.vmevents.device-conflict."
+RESOURCES = {f"example.com/dev-{i}": 2 for i in range(8)}
+_resources = iter(sorted(RESOURCES))
+_names = itertools.count(1)
+
+
+class World(e2e.World):
+    function_sa = FUNCTION_SA
+    settle = e2e.World.settle_with_kubevirt
+
+    def __init__(self):
+        super().__init__("1.3.1", kubevirt={"nodes": {SEED_NODE: {VF: 1, **RESOURCES}}, "step_delay": 0.01})
+
+    # -- helpers ------------------------------------------------------------------------------
+    def create(self, manifest, run_strategy=None):
+        if run_strategy:
+            manifest["spec"]["runStrategy"] = run_strategy
+        self.cluster.create(manifest)
+        return manifest["metadata"]["name"]
+
+    def vm(self, name):
+        return self.cluster.get("kubevirt.io/v1", "VirtualMachine", "default", name)
+
+    def phase(self, name):
+        vmi = self.vmi(name)
+        return vmi and (vmi.get("status") or {}).get("phase")
+
+    def wait_phase(self, name, phase):
+        return eventually(lambda: self.phase(name) == phase, what=f"VMI {name} in phase {phase}")
+
+    def events(self, name, reason="HostDeviceConflict"):
+        return [e for e in self.cluster.list("v1", "Event", "default")
+                if e["involvedObject"]["name"] == name and e["reason"] == reason]
+
+    def conflict_events(self, name, kind):
+        return [e for e in self.events(name)
+                if json.loads(e["metadata"]["annotations"]["vmevents.io/device-conflict"])["conflict"]["kind"] == kind]
+
+    def replies(self, what=None):
+        """(id, type suffix, data) of every reply; batch items are unpacked with their own ids."""
+        found = []
+        for e in list(self.knative.broker.received):
+            if not e["type"].startswith(PREFIX):
+                continue
+            data = e2e.data_of(e)
+            suffix = e["type"][len(PREFIX):]
+            if suffix == "batch":
+                found += [(item["id"], "detected", item) for item in data["detected"]]
+                found += [(item["id"], "resolved", item) for item in data["resolved"]]
+            else:
+                found.append((e["id"], suffix, data))
+        return [r for r in found if what is None or r[1] == what]
+
+    def reply_about(self, what, kind, device):
+        return [r for r in self.replies(what) if r[2]["kind"] == kind and r[2]["device"] == device]
+
+
+@pytest.fixture(scope="module")
+def world():
+    with World() as w:
+        yield w
+
+
+def small_vm(name, device, resource, run_strategy="Always"):
+    """A VM shaped like the seed's vm1, naming its own device of its own resource."""
+    manifest = seed_vm1(name, host_devices=[host_device(device, resource)])
+    manifest["spec"]["runStrategy"] = run_strategy
+    return manifest
+
+
+# -- the seed, end to end -------------------------------------------------------------------------
+def test_the_seed_each_situation_and_its_resolution(world):
+    w = world
+    # vm1 has the PCI device and powers itself off: its pod completes and frees the device.
+    w.create(seed_vm1())
+    w.wait_phase("vm1", "Running")
+    w.kubevirt.guest_power_off("default", "vm1")
+    eventually(lambda: w.vmi("vm1") is None, what="KubeVirt >= 1.2 removes vm1's Succeeded VMI")
+    # vm2 is created naming the same device, and starts.
+    w.create(seed_vm2())
+    w.wait_phase("vm2", "Running")
+    taken = eventually(lambda: w.reply_about("detected", "taken-while-stopped", SEED_DEVICE),
+                       what="taken-while-stopped reported")
+    assert taken[0][2] == {"kind": "taken-while-stopped", "device": SEED_DEVICE, "resourceName": VF,
+                           "node": SEED_NODE, "holder": "default/vm2", "blocked": ["default/vm1"],
+                           "severity": "warning"}
+    for name in ("vm1", "vm2"):
+        [event] = eventually(lambda n=name: w.conflict_events(n, "taken-while-stopped"), what=f"Event on {name}")
+        assert event["type"] == "Warning" and event["involvedObject"]["kind"] == "VirtualMachine"
+        assert event["message"] == (f"default/vm2 holds {SEED_DEVICE} ({VF}) on {SEED_NODE}; stopped VM default/vm1 "
+                                    f"names it too and cannot start while default/vm2 runs.")
+
+    # vm1 can no longer start: "0/1 nodes are available: 1 Insufficient intel.com/...".
+    virtctl_start(w.cluster, "default", "vm1")
+    eventually(lambda: w.vm("vm1")["status"].get("printableStatus") == "ErrorUnschedulable", what="vm1 unschedulable")
+    blocked = eventually(lambda: w.reply_about("detected", "start-blocked", SEED_DEVICE), what="start-blocked")
+    assert blocked[0][2]["severity"] == "critical" and blocked[0][2]["holder"] == "default/vm2"
+    [event] = w.conflict_events("vm1", "start-blocked")
+    assert "Stop default/vm2, or edit default/vm1" in event["message"]
+
+    # The next re-scan says taken-while-stopped ended: it became start-blocked.
+    w.tick()
+    ended = w.reply_about("resolved", "taken-while-stopped", SEED_DEVICE)
+    assert [r[2]["because"] for r in ended] == ["it is now start-blocked"]
+    assert ended[0][0] != taken[0][0]
+    assert {e["reason"] for e in w.events("vm1", "HostDeviceConflictResolved")} == {"HostDeviceConflictResolved"}
+
+    # vm2 powers off: vm1 gets the device and starts; start-blocked ends at the next re-scan, and
+    # now vm1 holds what stopped vm2 names.
+    w.kubevirt.guest_power_off("default", "vm2")
+    w.wait_phase("vm1", "Running")
+    eventually(lambda: [r for r in w.reply_about("detected", "taken-while-stopped", SEED_DEVICE)
+                        if r[2]["holder"] == "default/vm1"], what="the roles swapped")
+    w.tick()
+    assert [r[2]["because"] for r in w.reply_about("resolved", "start-blocked", SEED_DEVICE)] == [
+        "it is now taken-while-stopped"]
+    # A further tick says nothing new: what ended is said once.
+    before = len(w.replies("resolved"))
+    w.tick()
+    assert len(w.replies("resolved")) == before
+    assert not w.function_requests("update") and not [r for r in w.function_requests("patch")
+                                                      if r.resource != "events"], "it never changes a VM"
+
+
+def test_double_assigned_warns_on_both_before_anyone_starts_and_resolves_when_a_spec_changes(world):
+    w, resource = world, next(_resources)
+    device = f"{SEED_NODE}-00000{next(_names):04d}"
+    a = w.create(small_vm(f"dbl-a{next(_names)}", device, resource, "Halted"))
+    b = w.create(small_vm(f"dbl-b{next(_names)}", device, resource, "Halted"))
+    found = eventually(lambda: w.reply_about("detected", "double-assigned", device), what="double-assigned")
+    assert found[0][2]["blocked"] == [f"default/{a}", f"default/{b}"] and found[0][2]["holder"] is None
+    for name in (a, b):
+        eventually(lambda n=name: w.conflict_events(n, "double-assigned"), what=f"Event on {name}")
+    # b's spec is edited to name another device: the next re-scan says it ended.
+    w.cluster.patch("kubevirt.io/v1", "VirtualMachine", "default", b, {"spec": {"template": {"spec": {"domain": {
+        "devices": {"hostDevices": [host_device(device + "9", resource)]}}}}}})
+    w.tick()
+    ended = w.reply_about("resolved", "double-assigned", device)
+    assert ended and ended[0][2]["because"] == f"default/{b} no longer names or holds {device}"
+    assert ended[0][0] != found[0][0]
+
+
+def test_the_same_conflict_seen_again_counts_up_and_keeps_its_reply_id(world):
+    w, resource = world, next(_resources)
+    device = f"{SEED_NODE}-00001{next(_names):04d}"
+    a = w.create(small_vm(f"dup-a{next(_names)}", device, resource, "Halted"))
+    b = w.create(small_vm(f"dup-b{next(_names)}", device, resource, "Halted"))
+    eventually(lambda: w.conflict_events(a, "double-assigned"), what="the first report")
+    w.settle()
+    first = w.conflict_events(a, "double-assigned")[0]["count"]
+    payload = w.vm(b)
+    for _ in range(2):  # b's update delivered again, twice
+        w.send(payload)
+        w.settle()
+    [event] = w.conflict_events(a, "double-assigned")
+    assert event["count"] == first + 2
+    ids = {r[0] for r in w.reply_about("detected", "double-assigned", device)}
+    assert len(ids) == 1
+
+
+def test_nothing_is_reported_when_nothing_conflicts(world):
+    w, resource = world, next(_resources)  # capacity 2
+    base = next(_names)
+    a = w.create(small_vm(f"ok-a{base}", f"{SEED_NODE}-00002{base:04d}", resource))
+    b = w.create(small_vm(f"ok-b{base}", f"{SEED_NODE}-00003{base:04d}", resource))  # same resource, other device
+    w.wait_phase(a, "Running")
+    w.wait_phase(b, "Running")
+    # a migrates to another node (one VMI throughout; virt-controller writes migrationState)
+    vmi = w.vmi(a)
+    w.cluster.patch("kubevirt.io/v1", "VirtualMachineInstance", "default", a, {"status": {
+        "migrationState": {"startTimestamp": vmi["status"]["phaseTransitionTimestamps"][-1]["phaseTransitionTimestamp"],
+                           "sourceNode": SEED_NODE, "targetNode": "harvester-node-2"}}})
+    w.cluster.patch("kubevirt.io/v1", "VirtualMachineInstance", "default", a, {"status": {
+        "nodeName": "harvester-node-2", "migrationState": {"completed": True, "endTimestamp":
+                                                           vmi["status"]["phaseTransitionTimestamps"][-1]["phaseTransitionTimestamp"]}}})
+    # b restarts (runStrategy Always: KubeVirt boots a new VMI for the same VM)
+    old = w.vmi(b)["metadata"]["uid"]
+    w.kubevirt.guest_power_off("default", b)
+    eventually(lambda: (v := w.vmi(b)) and v["metadata"]["uid"] != old and (v.get("status") or {}).get("phase") == "Running",
+               what="b restarted")
+    w.tick()
+    assert not w.events(a) and not w.events(b)
+    assert not [r for r in w.replies() if {f"default/{a}", f"default/{b}"} & set(r[2].get("blocked", []))]
+
+
+def test_a_missed_event_is_caught_by_the_next_tick(world):
+    w, resource = world, next(_resources)
+    device = f"{SEED_NODE}-00004{next(_names):04d}"
+    holder = f"miss-a{next(_names)}"
+    fault = w.cluster.faults.add(method="GET", path="/virtualmachines$", service_account=FUNCTION_SA,
+                                 status=503, times=None)
+    w.create(small_vm(holder, device, resource))
+    w.wait_phase(holder, "Running")
+    other = w.create(small_vm(f"miss-b{next(_names)}", device, resource, "Halted"))
+    w.settle()
+    assert not w.events(other), "every delivery failed: the events were missed"
+    w.cluster.faults.clear()
+    w.tick()
+    found = w.reply_about("detected", "taken-while-stopped", device)
+    assert found and found[0][2]["holder"] == f"default/{holder}" and w.conflict_events(other, "taken-while-stopped")
+    assert fault is not None
+
+
+def test_the_function_needs_nothing_beyond_its_shipped_rbac(world):
+    """Last in this module: by now every path has run. Exactly the shipped permissions were used."""
+    world.settle()
+    denied = [r for r in world.cluster.requests if r.service_account == FUNCTION_SA and not r.allowed]
+    assert not denied, denied
+    assert_exact_rbac(world.cluster.requests, FUNCTION_SA)

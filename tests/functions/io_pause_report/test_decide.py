@@ -1,0 +1,187 @@
+"""io-pause-report's decision table, pure: fixed clock, small builders, one row per rule."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from functions.io_pause_report.io_pause import (
+    Action,
+    Facts,
+    KubeVirtErrors,
+    Settings,
+    VolumeFacts,
+    decide,
+    kubevirt_errors,
+    longhorn_facts,
+    read_episode,
+    target,
+    worth_decoding,
+)
+from shared.intake import Incoming
+from simcluster.builders.io_pause import (
+    NOW,
+    episode_event,
+    kubevirt_event,
+    make_engine,
+    make_vmi,
+    make_volume,
+)
+
+SETTINGS = Settings()
+PV = "pvc-3f1c2d9e"
+
+
+def lh(robustness="degraded", rebuilding=42, **kw) -> VolumeFacts:
+    """disk-0 → PVC vm1-disk-0 → PV → Longhorn volume, as fetch builds it."""
+    base = VolumeFacts("disk-0", pvc="vm1-disk-0", pv=PV, longhorn_volume=PV)
+    return longhorn_facts(base, make_volume(PV, robustness=robustness, **kw), [make_engine(PV, rebuilding=rebuilding)])
+
+
+def not_longhorn(why="not a Longhorn volume (CSI driver nfs.csi.k8s.io)") -> VolumeFacts:
+    return VolumeFacts("disk-0", pvc="vm1-disk-0", pv="pv-nfs", unknown=why)
+
+
+def facts(*volumes, total=1, no_space=None, last=NOW, baseline=0) -> Facts:
+    return Facts(tuple(volumes), KubeVirtErrors(total, ("disk-0",), no_space, last), baseline)
+
+
+def episode(vmi, **kw):
+    return read_episode([episode_event(vmi, **kw)], {"kind": "VirtualMachine"})
+
+
+VMI = make_vmi()
+FULL = "VM Paused due to not enough space on volume: disk-0"
+
+NEW_EPISODES = [
+    pytest.param(VMI, facts(lh()), Action.REPORT, "rebuild-related", id="degraded-and-rebuilding-is-rebuild-related"),
+    pytest.param(VMI, facts(lh("healthy", None, last_degraded_at=NOW - timedelta(minutes=3))), Action.REPORT,
+                 "rebuild-related", id="healthy-now-but-degraded-minutes-ago-is-rebuild-related"),
+    pytest.param(VMI, facts(lh("healthy", None), no_space=FULL), Action.REPORT, "out-of-space",
+                 id="kubevirt-says-not-enough-space"),
+    pytest.param(VMI, facts(lh("healthy", None, conditions=[{
+        "type": "Scheduled", "status": "False", "reason": "ReplicaSchedulingFailure",
+        "message": "precheck new replica failed: insufficient storage"}])), Action.REPORT, "out-of-space",
+        id="longhorn-says-insufficient-storage"),
+    pytest.param(VMI, facts(not_longhorn()), Action.REPORT, "unknown-storage", id="not-longhorn-is-unknown-storage"),
+    pytest.param(VMI, facts(not_longhorn("could not be read (GET ...: HTTP 503)")), Action.REPORT, "unknown-storage",
+                 id="longhorn-unreadable-is-still-reported"),
+    pytest.param(VMI, facts(), Action.REPORT, "unknown-storage", id="no-volume-found-is-unknown-storage"),
+    pytest.param(VMI, facts(lh("healthy", None)), Action.REPORT, "storage-error",
+                 id="healthy-longhorn-never-degraded-is-storage-error"),
+    pytest.param(VMI, facts(lh("faulted", None)), Action.REPORT, "storage-error", id="faulted-is-storage-error"),
+    pytest.param(make_vmi(since=NOW - timedelta(minutes=11)), facts(lh()), Action.REPORT, "stuck-paused",
+                 id="paused-11m-is-stuck-paused"),
+    pytest.param(make_vmi(paused="PausedByUser"), facts(lh()), Action.SKIP, None, id="paused-by-user-is-nothing"),
+    pytest.param(make_vmi(paused="PausedByMigrationMonitor"), facts(lh()), Action.SKIP, None,
+                 id="paused-by-migration-monitor-is-nothing"),
+    pytest.param(make_vmi(paused=None), facts(lh()), Action.SKIP, None, id="running-without-episode-is-nothing"),
+]
+
+
+@pytest.mark.parametrize("vmi,known,action,cls", NEW_EPISODES)
+def test_a_pause_with_no_open_episode(vmi, known, action, cls):
+    decision = decide(vmi, known, None, SETTINGS, NOW + timedelta(seconds=5))
+    assert decision.action is action
+    assert (decision.cls.value if decision.cls else None) == cls
+    if action is Action.REPORT:
+        since = next(c["lastTransitionTime"] for c in vmi["status"]["conditions"] if c["type"] == "Paused")
+        assert decision.pauses == 1 and decision.episode_start == since and decision.advice
+
+
+OPEN = [
+    pytest.param(VMI, facts(lh(), total=2), dict(count=1), Action.COUNT, 2, id="second-pause-raises-the-count"),
+    pytest.param(VMI, facts(lh(), total=2), dict(count=2), Action.HOLD, 2, id="same-pause-again-is-held"),
+    pytest.param(make_vmi(since=NOW + timedelta(seconds=30)), facts(lh(), total=1), dict(count=1, last=NOW),
+                 Action.COUNT, 2, id="a-new-pause-counts-even-before-kubevirts-event"),
+    pytest.param(make_vmi(since=NOW - timedelta(minutes=11)), facts(lh()), dict(start=NOW - timedelta(minutes=11)),
+                 Action.ESCALATE, 1, id="paused-too-long-escalates-to-stuck"),
+    pytest.param(make_vmi(since=NOW - timedelta(minutes=11)), facts(lh()),
+                 dict(start=NOW - timedelta(minutes=11), cls="stuck-paused"), Action.HOLD, 1,
+                 id="already-escalated-is-held"),
+    pytest.param(make_vmi(paused=None), facts(lh(), total=3, last=NOW - timedelta(minutes=2)),
+                 dict(count=3, last=NOW - timedelta(minutes=2)), Action.WAIT, 3, id="running-again-waits-for-quiet"),
+    pytest.param(make_vmi(paused=None), facts(lh(), total=4, last=NOW - timedelta(minutes=2)),
+                 dict(count=3, last=NOW - timedelta(minutes=3)), Action.COUNT, 4,
+                 id="a-pause-missed-while-running-is-counted"),
+    pytest.param(make_vmi(paused=None), facts(lh(), total=3, last=NOW - timedelta(minutes=11)),
+                 dict(count=3, last=NOW - timedelta(minutes=11)), Action.RESOLVE, 3, id="quiet-10m-resolves"),
+    pytest.param(make_vmi(paused=None), facts(lh("healthy", None), total=3, last=NOW - timedelta(minutes=1)),
+                 dict(count=3, last=NOW - timedelta(minutes=1)), Action.RESOLVE, 3, id="rebuild-completed-resolves"),
+    pytest.param(None, facts(), dict(count=2), Action.RESOLVE, 2, id="vmi-gone-resolves"),
+    pytest.param(make_vmi(uid="vmi-uid-2"), facts(lh()), dict(count=2), Action.RESOLVE, 2,
+                 id="restarted-vm-resolves-the-old-episode"),
+]
+
+
+@pytest.mark.parametrize("vmi,known,ep,action,pauses", OPEN)
+def test_an_open_episode(vmi, known, ep, action, pauses):
+    decision = decide(vmi, known, episode(VMI, **ep), SETTINGS, NOW)
+    assert decision.action is action, decision.reason
+    assert decision.pauses == pauses
+
+
+def test_a_new_episode_of_the_same_vmi_counts_from_where_the_last_ended():
+    decision = decide(VMI, facts(lh(), total=5, baseline=3), None, SETTINGS, NOW)
+    assert decision.action is Action.REPORT and decision.pauses == 2 and decision.baseline == 3
+
+
+def test_rebuild_advice_names_the_volume_progress_and_the_kb_mitigations():
+    advice = " ".join(decide(VMI, facts(lh()), None, SETTINGS, NOW).advice)
+    for part in (PV, "42%", "fstrim.timer", "discard", "DisableDeleteNotify", "Upgrade Longhorn",
+                 "the pauses end when the rebuild completes"):
+        assert part in advice
+
+
+def test_out_of_space_advice_names_the_volume_and_its_size():
+    advice = " ".join(decide(VMI, facts(lh("healthy", None), no_space=FULL), None, SETTINGS, NOW).advice)
+    assert "disk-0" in advice and PV in advice and "10.0 GiB" in advice and FULL in advice
+
+
+def test_stuck_advice_is_a_stop_and_start():
+    decision = decide(make_vmi(since=NOW - timedelta(minutes=30)), facts(lh()), None, SETTINGS, NOW)
+    assert decision.cause.value == "rebuild-related"
+    assert "Stop and start the VM" in decision.advice[0] and "harvester#11585" in decision.advice[0]
+
+
+def test_an_episode_with_a_resolved_event_is_closed_and_the_latest_open_one_wins():
+    old = episode_event(VMI, start=NOW - timedelta(hours=1))
+    done = episode_event(VMI, start=NOW - timedelta(hours=1), reason="IOErrorPauseResolved", final_count=4)
+    assert read_episode([old, done], {"kind": "VirtualMachine"}) is None
+    new = episode_event(VMI, start=NOW, count=3, message="new")
+    found = read_episode([old, done, new], {"kind": "VirtualMachine"})
+    assert found.start == "2026-11-30T12:00:00Z" and found.count == 3 and found.message == "new"
+
+
+def test_kubevirt_errors_of_this_vmi_only():
+    mine = kubevirt_event(VMI, count=3)
+    earlier = kubevirt_event(make_vmi(uid="old-vmi"), count=9)
+    errors = kubevirt_errors([mine, earlier, kubevirt_event(VMI, no_space=True, volume="disk-1")], VMI)
+    assert errors.total == 4 and errors.volumes == ("disk-0", "disk-1") and "not enough space" in errors.no_space
+
+
+def incoming(obj, type_="dev.knative.apiserver.resource.update"):
+    return Incoming(id="1", type=type_, source="s", data=obj, extensions={"kind": obj["kind"]})
+
+
+@pytest.mark.parametrize("reason,wanted", [("PausedIOError", True), ("PausedByUser", False),
+                                           ("PausedByMigrationMonitor", False), (None, False)],
+                         ids=["io-error", "by-user", "by-migration-monitor", "running"])
+def test_only_io_error_pauses_are_targets(reason, wanted):
+    assert (target(incoming(make_vmi(paused=reason))) is not None) is wanted
+
+
+def test_the_prefilter_decodes_only_vmi_events_that_mention_paused_io_error():
+    headers = {"ce-type": "dev.knative.apiserver.resource.update", "ce-kind": "VirtualMachineInstance"}
+    assert worth_decoding(headers, b'{"reason":"PausedIOError"}', SETTINGS)
+    assert not worth_decoding(headers, b'{"reason":"PausedByUser"}', SETTINGS)
+    assert worth_decoding({"ce-type": "dev.knative.sources.ping"}, b"{}", SETTINGS)
+
+
+def test_settings_from_the_environment():
+    s = Settings.from_env({"IO_PAUSE_STUCK_AFTER": "5m", "IO_PAUSE_RESOLVED_AFTER": "90s",
+                           "LONGHORN_NAMESPACE": "storage"})
+    assert (s.stuck_after, s.resolved_after, s.longhorn_namespace) == (
+        timedelta(minutes=5), timedelta(seconds=90), "storage")
+    with pytest.raises(ValueError, match="LONGHORN_NAMESPACE='Longhorn System' is not a namespace name"):
+        Settings.from_env({"LONGHORN_NAMESPACE": "Longhorn System"})

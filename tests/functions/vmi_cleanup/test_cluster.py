@@ -1,0 +1,123 @@
+"""vmi-cleanup's fetch/act/report against the simulated API server, in-process, with the function's
+own ServiceAccount credentials: races, dry run, Event deduplication. (End to end through the broker
+is tests/functions/vmi_cleanup/test_e2e.py.)"""
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from functions.vmi_cleanup.cleanup import FUNCTION, Settings, converge, rescan
+from shared.kube import Kube
+from shared.recorder import Recorder
+from shared.runtime import Context
+from simcluster.apiserver import SimCluster
+from simcluster.builders.kubevirt import make_vm, make_vmi
+
+NOW = datetime(2026, 11, 30, 13, 0, tzinfo=UTC)
+FINISHED = NOW - timedelta(hours=1)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = SimCluster(kubevirt_version="1.1.1").start()
+    yield c
+    c.stop()
+
+
+def context(cluster, page_size=250, **settings) -> Context:
+    kube = Kube(cluster.api_client(service_account="vmevents/vmi-cleanup"), page_size=page_size)
+    return Context(FUNCTION, Settings(cleanup_after=timedelta(minutes=10), **settings), kube,
+                   Recorder(kube, FUNCTION), lambda: NOW)
+
+
+def create_pair(cluster, name, run_strategy="Manual", **vm_kwargs):
+    """A VM and its Succeeded VMI, as stored (uids and resourceVersions from the server)."""
+    vm = make_vm(name, run_strategy=run_strategy, **vm_kwargs)
+    for key in ("uid", "resourceVersion"):
+        vm["metadata"].pop(key)
+    vm.pop("status")
+    vm = cluster.create(vm)
+    vmi = make_vmi(name, owner=vm, finished=FINISHED)
+    for key in ("uid", "resourceVersion"):
+        vmi["metadata"].pop(key)
+    return vm, cluster.create(vmi)
+
+
+def vmi_of(cluster, name):
+    return cluster.get("kubevirt.io/v1", "VirtualMachineInstance", "default", name)
+
+
+def events_on(cluster, name):
+    return [e for e in cluster.list("v1", "Event", "default") if e["involvedObject"]["name"] == name]
+
+
+def test_a_vmi_recreated_between_the_read_and_the_delete_is_not_deleted(cluster):
+    _, stale = create_pair(cluster, "race1")
+    cluster.delete("kubevirt.io/v1", "VirtualMachineInstance", "default", "race1")
+    vm = cluster.get("kubevirt.io/v1", "VirtualMachine", "default", "race1")
+    fresh = make_vmi("race1", owner=vm, phase="Running")
+    for key in ("uid", "resourceVersion"):
+        fresh["metadata"].pop(key)
+    fresh = cluster.create(fresh)
+
+    outcome = converge(stale, context(cluster))  # decided on the stale copy: delete → 409 → re-read → skip
+
+    assert vmi_of(cluster, "race1")["metadata"]["uid"] == fresh["metadata"]["uid"]
+    assert outcome.decision == "skip" and "phase is Running" in outcome.reason
+
+
+def test_a_vmi_changed_since_the_read_is_decided_again(cluster):
+    _, stale = create_pair(cluster, "race2")
+    cluster.patch("kubevirt.io/v1", "VirtualMachineInstance", "default", "race2",
+                  {"metadata": {"annotations": {"vmevents.io/skip-cleanup": "true"}}})
+    outcome = converge(stale, context(cluster))
+    assert vmi_of(cluster, "race2") is not None
+    assert outcome.decision == "skip" and "opts out" in outcome.reason
+
+
+def test_a_vm_whose_run_strategy_changed_since_the_read_is_not_halted(cluster):
+    vm, vmi = create_pair(cluster, "race3", run_strategy="Once")
+    ctx = context(cluster)
+    stale_vm = copy.deepcopy(vm)
+    cluster.patch("kubevirt.io/v1", "VirtualMachine", "default", "race3", {"spec": {"runStrategy": "Always"}})
+    from functions.vmi_cleanup.cleanup import halt_patch
+    from shared.kube import VM, Conflict
+    with pytest.raises(Conflict):
+        ctx.kube.json_patch(VM, "default", "race3", halt_patch(stale_vm, "Once"))
+    assert cluster.get("kubevirt.io/v1", "VirtualMachine", "default", "race3")["spec"]["runStrategy"] == "Always"
+    outcome = converge(vmi, ctx)  # fresh read: Always → leave it
+    assert outcome.decision == "leave"
+
+
+def test_dry_run_reports_and_changes_nothing(cluster):
+    vm, vmi = create_pair(cluster, "dry1", run_strategy="Once")
+    outcome = converge(vmi, context(cluster, dry_run=True))
+    assert outcome.action == "would-halt-vm" and outcome.reply.data["dryRun"] is True
+    assert cluster.get("kubevirt.io/v1", "VirtualMachine", "default", "dry1")["spec"]["runStrategy"] == "Once"
+    assert vmi_of(cluster, "dry1") is not None
+    [event] = events_on(cluster, "dry1")
+    assert event["reason"] == "VMICleanupDryRun" and event["message"].startswith("Dry run: would have halted")
+
+
+def test_the_same_event_again_raises_its_count(cluster):
+    _, vmi = create_pair(cluster, "dry2")
+    ctx = context(cluster, dry_run=True)
+    for _ in range(3):
+        converge(vmi_of(cluster, "dry2"), ctx)
+    [event] = events_on(cluster, "dry2")
+    assert event["count"] == 3 and event["reason"] == "VMICleanupDryRun"
+
+
+def test_rescan_pages_through_every_vmi_and_acts_on_the_due_ones(cluster):
+    for i in range(7):
+        create_pair(cluster, f"scan{i}")
+    cluster.requests.clear()
+    outcome = rescan(context(cluster, page_size=3))
+    assert all(vmi_of(cluster, f"scan{i}") is None for i in range(7))
+    cleaned = {c["vmi"] for c in outcome.reply.data["cleaned"]}
+    assert {f"default/scan{i}" for i in range(7)} <= cleaned
+    lists = [r for r in cluster.requests if r.service_account == "vmevents/vmi-cleanup" and r.verb == "list"
+             and r.resource == "virtualmachineinstances"]
+    assert len(lists) >= 3, "the re-scan pages through VMIs 3 at a time"

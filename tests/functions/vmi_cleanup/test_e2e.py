@@ -1,0 +1,274 @@
+"""vmi-cleanup end to end: simulated API server and KubeVirt, the local broker routing by the
+Trigger in deploy/, the ApiServerSource and PingSource stand-ins, and the function running as a
+real functions-framework HTTP server with the credentials of its own ServiceAccount.
+
+Each KubeVirt version gets one world (starting servers costs seconds); tests use their own VM
+names so they do not see each other.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from simcluster.builders.kubevirt import make_vmi
+from simcluster.play import virtctl_start
+from tests import e2e
+from tests.e2e import eventually, kubevirt_versions
+from tests.rbac import assert_exact_rbac
+
+pytestmark = pytest.mark.e2e
+FUNCTION_SA = "vmevents/vmi-cleanup"
+SOURCE_SA = "vmevents/vmevents-source"
+_names = itertools.count(1)
+
+
+class World(e2e.World):
+    function_sa = FUNCTION_SA
+    settle = e2e.World.settle_with_kubevirt
+
+    def __init__(self, version: str):
+        super().__init__(version, kubevirt={"step_delay": 0.01}, env_overrides={"vmi-cleanup": {"CLEANUP_AFTER": "0s"}})
+
+    # -- helpers ------------------------------------------------------------------------------
+    def vm(self, run_strategy="Manual", annotations=None, namespace="default"):
+        name = f"vm{next(_names)}"
+        vm = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+              "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}},
+              "spec": {"runStrategy": run_strategy, "template": {
+                  "metadata": {"labels": {"harvesterhci.io/vmName": name}},
+                  "spec": {"domain": {"devices": {}, "memory": {"guest": "1948Mi"},
+                                      "resources": {"requests": {"memory": "1365Mi"}}}}}}}
+        self.cluster.create(vm)
+        if run_strategy != "Halted" and run_strategy != "Manual":
+            self.wait_phase(namespace, name, "Running")
+        return name
+
+    def start_manual(self, name, namespace="default"):
+        virtctl_start(self.cluster, namespace, name)
+
+    def vm_obj(self, name, namespace="default"):
+        return self.cluster.get("kubevirt.io/v1", "VirtualMachine", namespace, name)
+
+    def wait_phase(self, namespace, name, phase):
+        return eventually(lambda: (v := self.vmi(name, namespace)) and (v.get("status") or {}).get("phase") == phase and v,
+                          what=f"VMI {name} in phase {phase}")
+
+    def power_off(self, name, namespace="default"):
+        """The guest runs `poweroff`; returns the VMI's uid at that moment."""
+        uid = self.wait_phase(namespace, name, "Running")["metadata"]["uid"]
+        self.kubevirt.guest_power_off(namespace, name)
+        return uid
+
+    def events(self, name, namespace="default"):
+        """The Events vmi-cleanup recorded about this VM or VMI."""
+        return [e for e in self.cluster.list("v1", "Event", namespace)
+                if e["involvedObject"]["name"] == name and e["reason"].startswith(("VMICleanedUp", "VMICleanup"))]
+
+    def replies(self, type_suffix):
+        """The data of the reply CloudEvents the function sent back into the broker."""
+        return [e2e.data_of(e) for e in list(self.knative.broker.received)
+                if e["type"] == f"io.vmevents.vmi-cleanup.{type_suffix}" and e["source"] == "/vmevents/vmi-cleanup"]
+
+
+@pytest.fixture(scope="module", **kubevirt_versions("1.1.1", "1.3.1"))
+def world(request):
+    with World(request.param) as w:
+        yield w
+
+
+@pytest.fixture
+def old_world(world):
+    if world.cluster.kubevirt_version != "1.1.1":
+        pytest.skip("this row is about KubeVirt < 1.2")
+    return world
+
+
+@pytest.fixture
+def new_world(world):
+    if world.cluster.kubevirt_version == "1.1.1":
+        pytest.skip("this row is about KubeVirt >= 1.2")
+    return world
+
+
+def assert_not_restarted(w, name, old_uid):
+    """No new VMI boots for this VM (KubeVirt would create one within a few resync periods)."""
+    w.settle()
+    time.sleep(0.3)
+    w.settle()
+    vmi = w.vmi(name)
+    assert vmi is None or vmi["metadata"]["uid"] == old_uid and vmi["status"]["phase"] == "Succeeded", \
+        f"VM {name} was started again"
+
+
+# -- the decision table, row by row, end to end --------------------------------------------------
+def test_manual_vm_powered_off_its_vmi_is_deleted_and_the_vm_stays_off(world):
+    name = world.vm("Manual")
+    world.start_manual(name)
+    uid = world.power_off(name)
+    eventually(lambda: world.vmi(name) is None, what="VMI deleted")
+    assert_not_restarted(world, name, uid)
+    cleaned = [e for e in world.events(name) if e["reason"] == "VMICleanedUp"]
+    assert len(cleaned) == 1 and cleaned[0]["involvedObject"]["kind"] == "VirtualMachine"
+    assert f"Deleted VMI default/{name}" in cleaned[0]["message"]
+    reply = [r for r in world.replies("cleaned") if r["vmi"] == f"default/{name}"]
+    assert reply and reply[0] == {
+        "vmi": f"default/{name}", "vm": f"default/{name}", "action": "deleted-vmi", "dryRun": False,
+        "previousRunStrategy": "Manual", "reason": "runStrategy Manual: KubeVirt will not start it again"}
+    assert world.vm_obj(name)["spec"]["runStrategy"] == "Manual"
+
+
+def test_once_vm_is_halted_not_restarted(world):
+    name = world.vm("Once")
+    uid = world.power_off(name)
+    eventually(lambda: world.vm_obj(name)["spec"]["runStrategy"] == "Halted", what="VM halted")
+    vm = world.vm_obj(name)
+    assert vm["metadata"]["annotations"]["vmevents.io/previous-run-strategy"] == "Once"
+    eventually(lambda: world.vmi(name) is None, what="KubeVirt removes the VMI of a halted VM")
+    assert_not_restarted(world, name, uid)
+
+
+def test_rerun_on_failure_on_old_kubevirt_is_halted_not_restarted(old_world):
+    w = old_world
+    name = w.vm("RerunOnFailure")
+    uid = w.power_off(name)
+    eventually(lambda: w.vm_obj(name)["spec"]["runStrategy"] == "Halted", what="VM halted")
+    eventually(lambda: w.vmi(name) is None, what="VMI removed")
+    assert_not_restarted(w, name, uid)
+    replies = [r for r in w.replies("cleaned") if r["vmi"] == f"default/{name}"]
+    assert replies and replies[0]["action"] == "halted-vm" and replies[0]["previousRunStrategy"] == "RerunOnFailure"
+
+
+def test_rerun_on_failure_on_new_kubevirt_is_left_to_kubevirt(new_world):
+    w = new_world
+    name = w.vm("RerunOnFailure")
+    uid = w.power_off(name)
+    eventually(lambda: w.vmi(name) is None, what="KubeVirt >= 1.2 removes the VMI itself")
+    assert_not_restarted(w, name, uid)
+    assert w.vm_obj(name)["spec"]["runStrategy"] == "RerunOnFailure"
+    assert not [r for r in w.function_requests() if r.verb in ("delete", "patch") and r.name == name]
+
+
+def test_always_vm_is_left_to_kubevirt_which_restarts_it(world):
+    name = world.vm("Always")
+    uid = world.power_off(name)
+    eventually(lambda: (v := world.vmi(name)) and v["metadata"]["uid"] != uid, what="KubeVirt restarts it")
+    world.settle()
+    assert not [r for r in world.function_requests() if r.verb in ("delete", "patch") and r.name == name]
+    assert not world.events(name)
+
+
+def test_opted_out_vm_keeps_its_vmi_through_ticks(world):
+    name = world.vm("Once", annotations={"vmevents.io/skip-cleanup": "true"})
+    uid = world.power_off(name)
+    world.settle()
+    world.knative.ping.tick()
+    world.settle()
+    assert world.vmi(name)["metadata"]["uid"] == uid
+    assert world.vm_obj(name)["spec"]["runStrategy"] == "Once"
+
+
+def test_typo_in_the_opt_out_never_deletes_and_warns(world):
+    name = world.vm("Manual", annotations={"vmevents.io/skip-cleanup": "ture"})
+    world.start_manual(name)
+    uid = world.power_off(name)
+    warning = eventually(lambda: [e for e in world.events(name) if e["reason"] == "VMICleanupAnnotationInvalid"],
+                         what="a Warning Event")
+    assert warning[0]["type"] == "Warning" and "'ture'" in warning[0]["message"]
+    world.settle()
+    assert world.vmi(name)["metadata"]["uid"] == uid
+
+
+def test_standalone_vmi_is_deleted(world):
+    name = f"standalone{next(_names)}"
+    world.cluster.create({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                          "metadata": {"name": name, "namespace": "default"},
+                          "spec": {"domain": {"devices": {}, "resources": {"requests": {"memory": "64Mi"}}}}})
+    world.power_off(name)
+    eventually(lambda: world.vmi(name) is None, what="standalone VMI deleted")
+
+
+# -- never on the word of a payload ---------------------------------------------------------------
+def test_a_forged_succeeded_event_for_a_running_vmi_changes_nothing(world):
+    name = world.vm("Manual")
+    world.start_manual(name)
+    running = world.wait_phase("default", name, "Running")
+    forged = make_vmi(name, phase="Succeeded", finished=datetime.now(UTC) - timedelta(days=1))
+    forged["metadata"].update(uid=running["metadata"]["uid"], resourceVersion=running["metadata"]["resourceVersion"])
+    before = len(world.function_requests())
+    world.send(forged)
+    world.settle()
+    assert len(world.function_requests()) > before, "the function did look at the VMI"
+    assert world.vmi(name)["status"]["phase"] == "Running"
+    assert not world.function_requests("delete")[before:] or all(r.name != name for r in world.function_requests("delete"))
+
+
+def test_duplicate_and_out_of_order_events_converge(world):
+    name = world.vm("Manual")
+    world.start_manual(name)
+    running = world.wait_phase("default", name, "Running")
+    world.kubevirt.guest_power_off("default", name)
+    succeeded = world.wait_phase("default", name, "Succeeded")
+    for payload in (succeeded, succeeded, running, succeeded):  # a duplicate, then a late, stale "Running"
+        world.send(payload)
+    eventually(lambda: world.vmi(name) is None, what="VMI deleted")
+    world.settle()
+    deletes = [r for r in world.function_requests("delete") if r.name == name and r.status < 300]
+    assert len(deletes) == 1
+    cleaned = [e for e in world.events(name) if e["reason"] == "VMICleanedUp"]
+    assert len(cleaned) == 1 and cleaned[0]["count"] == 1
+
+
+@pytest.mark.parametrize("fault", [{"status": 503}, {"status": 429, "retry_after": 1}],
+                         ids=["api-503", "api-429"])
+def test_api_failures_answer_5xx_and_a_redelivery_finishes_the_job(world, fault):
+    name = world.vm("Manual")
+    world.start_manual(name)
+    world.wait_phase("default", name, "Running")
+    world.cluster.faults.add(method="GET", path=f"/virtualmachineinstances/{name}$",
+                             service_account=FUNCTION_SA, times=2, **fault)
+    world.kubevirt.guest_power_off("default", name)
+    eventually(lambda: world.vmi(name) is None, what="VMI deleted after redelivery")
+    statuses = [d.status for d in world.knative.broker.deliveries
+                if d.subject and d.subject.endswith(f"/virtualmachineinstances/{name}")]
+    assert any(s is not None and s >= 500 for s in statuses), statuses
+
+
+def test_a_missed_event_is_caught_by_the_next_tick(world):
+    name = world.vm("Manual")
+    world.start_manual(name)
+    world.wait_phase("default", name, "Running")
+    # Every delivery about this VMI fails until the broker gives up and dead-letters it: missed.
+    fault = world.cluster.faults.add(path=f"/virtualmachineinstances/{name}$", service_account=FUNCTION_SA,
+                                     status=503, times=None)
+    world.kubevirt.guest_power_off("default", name)
+    world.settle()
+    assert world.vmi(name) is not None
+    assert any(d.dead_lettered for d in world.knative.broker.deliveries
+               if d.subject and d.subject.endswith(f"/virtualmachineinstances/{name}"))
+    world.cluster.faults.clear()
+    world.knative.ping.tick()
+    eventually(lambda: world.vmi(name) is None, what="VMI deleted by the re-scan")
+    assert fault is not None
+
+
+def test_the_delay_works_with_no_timer_in_memory(world):
+    name = world.vm("Manual", annotations={"vmevents.io/cleanup-after": "1h"})
+    world.start_manual(name)
+    world.power_off(name)
+    world.settle()
+    assert world.vmi(name) is not None, "not due yet"
+    world.kubevirt.set_phase_time("default", name, "Succeeded", datetime.now(UTC) - timedelta(hours=2))
+    world.settle()  # that update itself is an event: due now
+    world.knative.ping.tick()
+    eventually(lambda: world.vmi(name) is None, what="VMI deleted once due")
+
+
+def test_the_function_needs_nothing_beyond_its_shipped_rbac(world):
+    """Last in this module: by now every path has run. Exactly the shipped permissions were used."""
+    world.settle()
+    denied = [r for r in world.cluster.requests if r.service_account in (FUNCTION_SA, SOURCE_SA) and not r.allowed]
+    assert not denied, denied
+    assert_exact_rbac(world.cluster.requests, FUNCTION_SA)

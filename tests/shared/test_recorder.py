@@ -1,0 +1,31 @@
+"""Kubernetes Events are deduplicated by count, and no count is lost when deliveries race."""
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+
+from shared.kube import Kube
+from shared.recorder import Recorder
+from simcluster.apiserver import SimCluster
+
+NOW = datetime(2026, 11, 30, 13, 0, tzinfo=UTC)
+VM = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+      "metadata": {"name": "vm1", "namespace": "default", "uid": "u-1"}}
+
+
+def test_racing_recorders_lose_no_count():
+    with SimCluster() as cluster:
+        recorders = [Recorder(Kube(cluster.api_client(service_account="vmevents/vmi-cleanup")), "vmi-cleanup")
+                     for _ in range(4)]
+        with ThreadPoolExecutor(4) as pool:
+            for _ in pool.map(lambda r: [r.record(VM, "Warning", "Test", "the same thing", NOW) for _ in range(5)],
+                              recorders):
+                pass
+        [event] = cluster.list("v1", "Event", "default")
+        assert event["count"] == 20 and event["reason"] == "Test"
+
+
+def test_a_different_message_is_another_event():
+    with SimCluster() as cluster:
+        recorder = Recorder(Kube(cluster.api_client(service_account="vmevents/vmi-cleanup")), "vmi-cleanup")
+        recorder.record(VM, "Normal", "Test", "one thing", NOW)
+        recorder.record(VM, "Normal", "Test", "another thing", NOW)
+        assert sorted(e["message"] for e in cluster.list("v1", "Event", "default")) == ["another thing", "one thing"]
