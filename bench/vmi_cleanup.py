@@ -297,8 +297,8 @@ def decisions(log_path: Path) -> tuple[Counter, dict[str, float]]:
             continue
         with contextlib.suppress(ValueError):
             entry = json.loads(line)
-            counts[entry["decision"]] += 1
-            durations.setdefault(entry["decision"], []).append(entry["duration_ms"])
+            counts[entry["verdict"]] += 1
+            durations.setdefault(entry["verdict"], []).append(entry["duration_ms"])
     return counts, {k: statistics.median(v) for k, v in durations.items()}
 
 

@@ -15,7 +15,7 @@ def meta(obj: dict) -> dict:
     return obj.get("metadata") or {}
 
 
-def annotations(obj: dict | None) -> dict:
+def annotations_of(obj: dict | None) -> dict:
     return (meta(obj).get("annotations") or {}) if obj else {}
 
 

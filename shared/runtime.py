@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import flask
 import orjson
@@ -40,23 +40,35 @@ def utcnow() -> datetime:
 class Outcome:
     """What a function made of one event: for the reply, the log line and the tests."""
 
-    decision: str          # e.g. "irrelevant", "wait", "delete-vmi"
-    action: str = "none"   # what was done: "none", "deleted-vmi", "would-delete-vmi", ...
+    verdict: str           # what was decided: e.g. "irrelevant", "wait", "delete-vmi"
+    effect: str = "none"   # what was done: "none", "deleted-vmi", "would-delete-vmi", ...
     subject: str | None = None
     reason: str = ""
     reply: Reply | None = None
 
 
+S = TypeVar("S")
+
+
 @dataclass(frozen=True)
-class Context:
+class Context(Generic[S]):
+    """What a handler is given besides the event: its name, its settings and the clock."""
+
     function: str
-    settings: Any
-    kube: Kube | None
-    recorder: Recorder | None
+    settings: S
     clock: Callable[[], datetime]
 
 
-Handler = Callable[[intake.Incoming, Context], Outcome]
+@dataclass(frozen=True)
+class KubeContext(Context[S]):
+    """The context of a function that talks to the Kubernetes API: its client and Event recorder are
+    always there (a function started with `needs_kube=True` cannot start without them)."""
+
+    kube: Kube
+    recorder: Recorder
+
+
+Handler = Callable[[intake.Incoming, Any], Outcome]
 # (ce-* headers, raw body, settings) -> False when the event cannot concern the function: it is
 # then answered as irrelevant without decoding its data (the hot path under a flood of updates).
 Prefilter = Callable[[Mapping[str, str], bytes, Any], bool]
@@ -77,7 +89,8 @@ class FunctionApp:
         self.name = name
         self.on_event = on_event
         self.prefilter = prefilter
-        self.context = Context(name, settings, kube, _recorder(kube, name), clock)
+        self.context: Context[Any] = (Context(name, settings, clock) if kube is None else
+                                      KubeContext(name, settings, clock, kube, _recorder(kube, name)))
 
     def __call__(self, request: flask.Request) -> flask.Response:
         if request.method != "POST":  # a probe or a person: say who we are, change nothing
@@ -96,7 +109,7 @@ class FunctionApp:
             response = self._respond(outcome)
         except Exception as exc:  # noqa: BLE001 - every failure must become an HTTP answer
             status, error_headers, error_body = http_answer(exc)
-            outcome = Outcome(decision="error", reason=exc.message if isinstance(exc, VmeventsError) else repr(exc))
+            outcome = Outcome(verdict="error", reason=exc.message if isinstance(exc, VmeventsError) else repr(exc))
             response = flask.Response(error_body, status=status, headers=error_headers)
             if not isinstance(exc, VmeventsError):
                 logging.getLogger("vmevents").exception("unexpected error handling event")
@@ -117,7 +130,7 @@ class FunctionApp:
              status: int, started: float) -> None:
         write_line({
             "function": self.name, "event_id": event_id, "event_type": event_type, "subject": subject,
-            "decision": outcome.decision, "action": outcome.action, "reason": outcome.reason, "outcome": status,
+            "verdict": outcome.verdict, "effect": outcome.effect, "reason": outcome.reason, "outcome": status,
             "reply": outcome.reply.type if outcome.reply else None,
             "duration_ms": round((time.perf_counter() - started) * 1000, 3),
         })
@@ -126,9 +139,7 @@ class FunctionApp:
 IRRELEVANT = Outcome("irrelevant")
 
 
-def _recorder(kube: Kube | None, name: str) -> Recorder | None:
-    if kube is None:
-        return None
+def _recorder(kube: Kube, name: str) -> Recorder:
     from shared.recorder import Recorder
 
     return Recorder(kube, name)

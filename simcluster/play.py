@@ -64,16 +64,16 @@ class Timeline:
             if line.strip() and "[INFO]" not in line:
                 self.line("log", f"{function}: {line.strip()}")
             return
-        if not isinstance(record, dict) or "decision" not in record:
+        if not isinstance(record, dict) or "verdict" not in record:
             return
-        if record["decision"] in ("irrelevant", "gone"):
+        if record["verdict"] in ("irrelevant", "gone"):
             self.irrelevant += 1
             return
         what = record["event_type"] or ""
         source = "tick" if what.endswith(".ping") else f"{what.rsplit('.', 1)[-1]} {_short(record['subject'])}"
-        action = f" → {record['action']}" if record["action"] != "none" else ""
-        self.once((function, record["subject"], record["decision"], record["reason"]), "decide",
-                  f"{function} [{source}] {record['decision']}{action}: {record['reason']}")
+        action = f" → {record['effect']}" if record["effect"] != "none" else ""
+        self.once((function, record["subject"], record["verdict"], record["reason"]), "decide",
+                  f"{function} [{source}] {record['verdict']}{action}: {record['reason']}")
 
     def on_kube_event(self, event: dict) -> None:
         involved = event["involvedObject"]

@@ -513,7 +513,7 @@ def on_event(event: Incoming, ctx: Context) -> Outcome:
     if decision.action == "drop":
         return Outcome("drop", subject=event.subject, reason=decision.reason)
     sent = deliver(decision.alerts, event, ctx.settings)
-    return Outcome("forward", action="+".join(sent), subject=event.subject, reason=decision.reason)
+    return Outcome("forward", effect="+".join(sent), subject=event.subject, reason=decision.reason)
 
 
 def deliver(alerts: tuple[Alert, ...], event: Incoming, settings: Settings) -> list[str]:

@@ -33,7 +33,7 @@ from shared.intake import Incoming, about, may_concern
 from shared.kube import EVENT, VM, VMI
 from shared.kube import Conflict as KubeConflict
 from shared.replies import Reply, reply_type
-from shared.runtime import Context, Outcome
+from shared.runtime import KubeContext, Outcome
 from shared.settings import Env
 
 FUNCTION = "device-conflict"
@@ -125,7 +125,7 @@ def vm_devices(vm: Mapping) -> frozenset[Device]:
 
 def allocated_devices(vm: Mapping | None) -> frozenset[Device] | None:
     """The real allocation from harvesterhci.io/deviceAllocationDetails; None when absent or unreadable."""
-    text = kv.annotations(vm).get(ALLOCATION_ANNOTATION)
+    text = kv.annotations_of(vm).get(ALLOCATION_ANNOTATION)
     if not text:
         return None
     try:
@@ -468,7 +468,7 @@ def _vmi_worth_a_look(vmi: Mapping, settings: Settings, now: datetime) -> bool:
 
 
 # -- fetch, decide, report ------------------------------------------------------------------------
-def on_event(event: Incoming, ctx: Context) -> Outcome:
+def on_event(event: Incoming, ctx: KubeContext) -> Outcome:
     if event.family == "ping":
         return rescan(ctx)
     found = target(event, ctx.settings, ctx.clock())
@@ -477,7 +477,7 @@ def on_event(event: Incoming, ctx: Context) -> Outcome:
     return check(found, event.subject, ctx)
 
 
-def check(found: Target, subject: str | None, ctx: Context) -> Outcome:
+def check(found: Target, subject: str | None, ctx: KubeContext) -> Outcome:
     """One VM's conflicts: one LIST of VMs, and one of VMIs only if another VM shares a device."""
     index = Index()
     for vm in ctx.kube.list(VM):
@@ -493,12 +493,12 @@ def check(found: Target, subject: str | None, ctx: Context) -> Outcome:
     for conflict in conflicts:
         for ref in conflict.involved:
             _record(conflict, ref, ctx)
-    return Outcome("conflict", action="reported", subject=subject,
+    return Outcome("conflict", effect="reported", subject=subject,
                    reason="; ".join(f"{c.kind} over {c.device}" for c in conflicts),
                    reply=_reply([_detected(c) for c in conflicts], [], subject or f"/vmevents/{FUNCTION}"))
 
 
-def rescan(ctx: Context) -> Outcome:
+def rescan(ctx: KubeContext) -> Outcome:
     """Every VM and VMI, page by page: catches missed events and is where a conflict ends."""
     index = Index()
     for vm in ctx.kube.list(VM):
@@ -516,17 +516,17 @@ def rescan(ctx: Context) -> Outcome:
     reason = (f"scanned {index.vms_seen} VM(s) and {index.vmis_seen} VMI(s): {len(current)} conflict(s), "
               f"{len(todo.detected)} new, {len(resolved)} resolved")
     reply = _reply([_detected(c) for c in todo.detected], resolved, f"/vmevents/{FUNCTION}/rescan")
-    return Outcome("rescan", action="reported" if reply else "none", reason=reason, reply=reply)
+    return Outcome("rescan", effect="reported" if reply else "none", reason=reason, reply=reply)
 
 
-def _record(conflict: Conflict, ref: Ref, ctx: Context) -> None:
+def _record(conflict: Conflict, ref: Ref, ctx: KubeContext) -> None:
     stored = json.dumps({"key": conflict.key, "conflict": conflict.data()}, sort_keys=True)
     ctx.recorder.record(ref.involved(), "Warning", REASON, conflict.message(), ctx.clock(),
                         annotations={CONFLICT_ANNOTATION: stored})
 
 
 def _resolve(events: tuple[Recorded, ...], current: tuple[Conflict, ...], workloads: Mapping[str, Workload],
-             ctx: Context) -> Reply | None:
+             ctx: KubeContext) -> Reply | None:
     """Mark a conflict's open Events resolved (at their current count) and say so. An Event that
     changed meanwhile (the conflict was seen again) is left open: the next re-scan decides."""
     marked = []

@@ -31,7 +31,7 @@ from shared.errors import TemporaryError
 from shared.intake import Incoming, about, may_concern
 from shared.kube import EVENT, LONGHORN_ENGINE, LONGHORN_VOLUME, PV, PVC, VMI, KubeError
 from shared.replies import Reply, reply_type
-from shared.runtime import Context, Outcome
+from shared.runtime import KubeContext, Outcome
 from shared.settings import Env, SettingsError, format_duration
 
 FUNCTION = "io-pause-report"
@@ -369,7 +369,7 @@ def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) 
 
 
 # -- fetch -----------------------------------------------------------------------------------------
-def on_event(event: Incoming, ctx: Context) -> Outcome:
+def on_event(event: Incoming, ctx: KubeContext) -> Outcome:
     if event.family == "ping":
         return rescan(ctx)
     found = target(event)
@@ -378,7 +378,7 @@ def on_event(event: Incoming, ctx: Context) -> Outcome:
     return converge(found, ctx)
 
 
-def converge(found: Target, ctx: Context, vmi: dict | None = ..., events: list[dict] | None = None) -> Outcome:
+def converge(found: Target, ctx: KubeContext, vmi: dict | None = ..., events: list[dict] | None = None) -> Outcome:
     """Read fresh, decide, record. Nothing but Events is ever written, so there is nothing to retry."""
     if vmi is ...:
         vmi = ctx.kube.get(VMI, found.namespace, found.name)
@@ -428,26 +428,26 @@ def _ours(events: Iterable[dict], reason: str, involved: dict | None = None) -> 
 
 def read_episode(events: list[dict], involved: dict) -> Episode | None:
     """The open episode: our IOErrorPause Events whose episode has no IOErrorPauseResolved yet."""
-    ended = {kv.annotations(e).get(EPISODE) for e in _ours(events, RESOLVED_REASON, involved)}
-    open_ = [e for e in _ours(events, REASON, involved) if kv.annotations(e).get(EPISODE) not in ended | {None}]
+    ended = {kv.annotations_of(e).get(EPISODE) for e in _ours(events, RESOLVED_REASON, involved)}
+    open_ = [e for e in _ours(events, REASON, involved) if kv.annotations_of(e).get(EPISODE) not in ended | {None}]
     if not open_:
         return None
-    start = max(kv.annotations(e)[EPISODE] for e in open_)
-    mine = sorted((e for e in open_ if kv.annotations(e)[EPISODE] == start),
+    start = max(kv.annotations_of(e)[EPISODE] for e in open_)
+    mine = sorted((e for e in open_ if kv.annotations_of(e)[EPISODE] == start),
                   key=lambda e: (e.get("firstTimestamp") or "", kv.meta(e).get("creationTimestamp") or ""))
-    first, notes = mine[0], kv.annotations(mine[0])
+    first, notes = mine[0], kv.annotations_of(mine[0])
     lasts = [t for t in (kv.parse_time(e.get("lastTimestamp")) for e in mine) if t]
     return Episode(start=start, vmi_uid=notes.get(VMI_UID, ""), baseline=_int(notes.get(BASELINE)),
                    count=int(first.get("count") or 1), last=max(lasts) if lasts else None,
-                   classes=frozenset(kv.annotations(e).get(CLASS, "") for e in mine), message=first.get("message", ""),
+                   classes=frozenset(kv.annotations_of(e).get(CLASS, "") for e in mine), message=first.get("message", ""),
                    annotations=dict(notes), involved=dict(first.get("involvedObject") or {}))
 
 
 def baseline_after_last_episode(events: list[dict], involved: dict, vmi: dict | None) -> int:
     """KubeVirt's IOerror count for this VMI when its last episode ended (its Events keep counting)."""
     uid = kv.meta(vmi).get("uid") if vmi else None
-    counts = [_int(kv.annotations(e).get(FINAL_COUNT)) for e in _ours(events, RESOLVED_REASON, involved)
-              if uid and kv.annotations(e).get(VMI_UID) == uid]
+    counts = [_int(kv.annotations_of(e).get(FINAL_COUNT)) for e in _ours(events, RESOLVED_REASON, involved)
+              if uid and kv.annotations_of(e).get(VMI_UID) == uid]
     return max(counts, default=0)
 
 
@@ -474,7 +474,7 @@ def kubevirt_errors(events: list[dict], vmi: dict | None) -> KubeVirtErrors:
     return KubeVirtErrors(total, tuple(volumes), no_space, last)
 
 
-def fetch_volumes(ctx: Context, vmi: dict, errors: KubeVirtErrors) -> tuple[VolumeFacts, ...]:
+def fetch_volumes(ctx: KubeContext, vmi: dict, errors: KubeVirtErrors) -> tuple[VolumeFacts, ...]:
     """The volumes KubeVirt named (else every PVC-backed volume), each followed to Longhorn."""
     specs = ((vmi.get("spec") or {}).get("volumes") or [])
     by_name = {v.get("name"): v for v in specs}
@@ -483,7 +483,7 @@ def fetch_volumes(ctx: Context, vmi: dict, errors: KubeVirtErrors) -> tuple[Volu
     return tuple(_follow(ctx, kv.meta(vmi)["namespace"], name, by_name.get(name)) for name in names)
 
 
-def _follow(ctx: Context, namespace: str, name: str, spec: dict | None) -> VolumeFacts:
+def _follow(ctx: KubeContext, namespace: str, name: str, spec: dict | None) -> VolumeFacts:
     claim = ((spec or {}).get("persistentVolumeClaim") or {}).get("claimName") or \
         ((spec or {}).get("dataVolume") or {}).get("name")
     if not claim:
@@ -507,7 +507,7 @@ def _follow(ctx: Context, namespace: str, name: str, spec: dict | None) -> Volum
         return replace(facts, unknown=f"could not be read ({exc.message})")
 
 
-def _longhorn(ctx: Context, facts: VolumeFacts) -> VolumeFacts:
+def _longhorn(ctx: KubeContext, facts: VolumeFacts) -> VolumeFacts:
     namespace, name = ctx.settings.longhorn_namespace, facts.longhorn_volume
     volume = ctx.kube.get(LONGHORN_VOLUME, namespace, name)
     if volume is None:
@@ -542,12 +542,12 @@ def _int(value) -> int:
 
 # -- act and report --------------------------------------------------------------------------------
 def act(decision: Decision, found: Target, vmi: dict | None, involved: dict, episode: Episode | None,
-        ctx: Context) -> Outcome:
+        ctx: KubeContext) -> Outcome:
     subject = VMI.path(found.namespace, found.name)
     now = ctx.clock()
     if decision.action is Action.COUNT and episode is not None:
         ctx.recorder.record(involved, "Warning", REASON, episode.message, now, annotations=dict(episode.annotations))
-        return Outcome(decision.action.value, action="counted", subject=subject, reason=decision.reason)
+        return Outcome(decision.action.value, effect="counted", subject=subject, reason=decision.reason)
     if decision.action not in (Action.REPORT, Action.ESCALATE, Action.RESOLVE):
         return Outcome(decision.action.value, subject=subject, reason=decision.reason)
     uid = kv.meta(vmi).get("uid") if vmi else (episode.vmi_uid if episode else "")
@@ -566,7 +566,7 @@ def act(decision: Decision, found: Target, vmi: dict | None, involved: dict, epi
     cls = decision.cls.value if decision.cls else "unknown"
     key = f"{found.namespace}/{found.name}/{decision.episode_start}/{what}" + (f"/{cls}" if what == "detected" else "")
     reply = Reply(reply_type(FUNCTION, what), subject, data, key=key)
-    return Outcome(decision.action.value, action=f"{what}-{cls}" if what == "detected" else what,
+    return Outcome(decision.action.value, effect=f"{what}-{cls}" if what == "detected" else what,
                    subject=subject, reason=decision.reason, reply=reply)
 
 
@@ -611,7 +611,7 @@ def _volume_words(v: VolumeFacts) -> str:
 
 
 # -- the periodic re-scan -------------------------------------------------------------------------
-def rescan(ctx: Context) -> Outcome:
+def rescan(ctx: KubeContext) -> Outcome:
     """VMIs still paused on an IO error (stuck? a missed event?), then every open episode (ended?)."""
     findings: list[dict] = []
     failures: list[TemporaryError] = []
@@ -645,7 +645,7 @@ def rescan(ctx: Context) -> Outcome:
     key = "|".join(sorted(f"{f['type']}:{f['vmi']}:{f['episodeStart']}:{f['class']}" for f in findings))
     reply = Reply(reply_type(FUNCTION, "scanned"), f"/vmevents/{FUNCTION}/rescan",
                   {"scanned": scanned, "findings": findings}, key=key)
-    return Outcome("rescan", action=f"reported-{len(findings)}", reason=reason, reply=reply)
+    return Outcome("rescan", effect=f"reported-{len(findings)}", reason=reason, reply=reply)
 
 
 def _target_of_event(event: dict) -> Target:

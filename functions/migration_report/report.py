@@ -33,7 +33,7 @@ from shared.errors import TemporaryError
 from shared.intake import Incoming, about, may_concern
 from shared.kube import EVENT, KUBEVIRT, MIGRATION_POLICY, NAMESPACE, VM, VMI, VMIM
 from shared.replies import Reply, reply_type
-from shared.runtime import Context, Outcome
+from shared.runtime import KubeContext, Outcome
 from shared.settings import Env, SettingsError, in_scope
 
 FUNCTION = "migration-report"
@@ -671,7 +671,7 @@ def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) 
 
 
 # -- fetch, decide, report ------------------------------------------------------------------------
-def on_event(event: Incoming, ctx: Context) -> Outcome:
+def on_event(event: Incoming, ctx: KubeContext) -> Outcome:
     if event.family == "ping":
         return rescan(ctx)
     found = target(event, ctx.settings)
@@ -683,7 +683,7 @@ def on_event(event: Incoming, ctx: Context) -> Outcome:
     return converge(vmim, ctx)
 
 
-def converge(vmim: dict, ctx: Context) -> Outcome:
+def converge(vmim: dict, ctx: KubeContext) -> Outcome:
     subject = kv.api_path(vmim)
     skip = precheck(vmim, ctx.settings, ctx.clock())
     if skip:
@@ -698,7 +698,7 @@ def converge(vmim: dict, ctx: Context) -> Outcome:
     return report(decision, recipients, vmim, ctx)
 
 
-def read_vmi_and_vm(vmim: dict, ctx: Context) -> tuple[dict | None, dict | None]:
+def read_vmi_and_vm(vmim: dict, ctx: KubeContext) -> tuple[dict | None, dict | None]:
     """The migrated VMI (None when gone, or when it is a newer VMI of the same name: a restart since) and its VM."""
     namespace, vmi_name = kv.meta(vmim)["namespace"], (vmim.get("spec") or {}).get("vmiName") or ""
     if not vmi_name:
@@ -712,7 +712,7 @@ def read_vmi_and_vm(vmim: dict, ctx: Context) -> tuple[dict | None, dict | None]
     return vmi, ctx.kube.get(VM, namespace, owner["name"] if owner else vmi_name)
 
 
-def gather(vmim: dict, vmi: dict | None, vm: dict | None, ctx: Context) -> Facts:
+def gather(vmim: dict, vmi: dict | None, vm: dict | None, ctx: KubeContext) -> Facts:
     """Fresh reads of everything else KubeVirt used for this migration."""
     kubevirt = next(iter(ctx.kube.list(KUBEVIRT)), None)
     policies = tuple(ctx.kube.list(MIGRATION_POLICY))
@@ -730,7 +730,7 @@ def _newer(vmi: dict, vmim: dict) -> bool:
     return bool(created and asked and created > asked)
 
 
-def _kubevirt_events(ctx: Context, vmim: dict, vmi: dict | None, state: dict) -> tuple[dict, ...]:
+def _kubevirt_events(ctx: KubeContext, vmim: dict, vmi: dict | None, state: dict) -> tuple[dict, ...]:
     """KubeVirt's own Events, read only when migrationState has no failureReason (KubeVirt < 1.3, or a
     failure the controller saw rather than libvirt): on the VMIM, on the VMI, and the scheduler's on the
     target pods when KubeVirt said the target was unschedulable."""
@@ -748,7 +748,7 @@ def _kubevirt_events(ctx: Context, vmim: dict, vmi: dict | None, state: dict) ->
     return tuple(e for e in found if (e.get("source") or {}).get("component") != FUNCTION)
 
 
-def already_reported(ctx: Context, recipient: dict, vmim: dict) -> bool:
+def already_reported(ctx: KubeContext, recipient: dict, vmim: dict) -> bool:
     """Our own Event on the first recipient names this migration's uid: it was reported. (A Failed
     migration is only ever reported as MigrationFailed, a Succeeded one as MigrationNearTimeout.)"""
     meta = kv.meta(recipient)
@@ -760,19 +760,19 @@ def already_reported(ctx: Context, recipient: dict, vmim: dict) -> bool:
                for e in events)
 
 
-def report(decision: Decision, recipients: list[dict], vmim: dict, ctx: Context) -> Outcome:
+def report(decision: Decision, recipients: list[dict], vmim: dict, ctx: KubeContext) -> Outcome:
     reason = REASON_FAILED if decision.kind == "failed" else REASON_NEAR_TIMEOUT
     for obj in recipients:
         ctx.recorder.record(obj, "Warning", reason, decision.message, ctx.clock())
     data = dict(decision.report)
     reply = Reply(reply_type(FUNCTION, decision.kind), kv.api_path(vmim), data,
                   key=f"{kv.meta(vmim)['uid']}/{decision.kind}")
-    return Outcome(f"report-{decision.kind}", action=f"reported-{decision.report['class']}",
+    return Outcome(f"report-{decision.kind}", effect=f"reported-{decision.report['class']}",
                    subject=kv.api_path(vmim), reason=decision.message, reply=reply)
 
 
 # -- the periodic re-scan -------------------------------------------------------------------------
-def rescan(ctx: Context) -> Outcome:
+def rescan(ctx: KubeContext) -> Outcome:
     """Every VMIM, page by page: a final one missed by its events is reported now (once)."""
     reported, failures, scanned = [], [], 0
     now = ctx.clock()
@@ -795,4 +795,4 @@ def rescan(ctx: Context) -> Outcome:
         return Outcome("rescan", reason=reason)
     reply = Reply(reply_type(FUNCTION, "scanned"), "/vmevents/migration-report/rescan",
                   {"scanned": scanned, "reported": reported}, key="|".join(sorted(r["uid"] for r in reported)))
-    return Outcome("rescan", action=f"reported-{len(reported)}", reason=reason, reply=reply)
+    return Outcome("rescan", effect=f"reported-{len(reported)}", reason=reason, reply=reply)

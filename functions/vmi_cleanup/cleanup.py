@@ -21,7 +21,7 @@ from shared.errors import TemporaryError
 from shared.intake import Incoming, about, may_concern
 from shared.kube import KUBEVIRT, VM, VMI, VMIM, Conflict
 from shared.replies import Reply, reply_type
-from shared.runtime import Context, Outcome
+from shared.runtime import KubeContext, Outcome
 from shared.settings import Env, in_scope, parse_duration
 
 FUNCTION = "vmi-cleanup"
@@ -164,7 +164,7 @@ def _by_run_strategy(strategy: str | None, phase: str, due: datetime, delay: tim
 
 def _opt_out(vm: dict | None, vmi: dict) -> Decision | None:
     for owner, obj in (("VM", vm), ("VMI", vmi)):
-        value = kv.annotations(obj).get(SKIP_ANNOTATION)
+        value = kv.annotations_of(obj).get(SKIP_ANNOTATION)
         if value is None or value == "false":
             continue
         if value == "true":
@@ -177,7 +177,7 @@ def _opt_out(vm: dict | None, vmi: dict) -> Decision | None:
 
 def _delay(vm: dict | None, vmi: dict, settings: Settings) -> tuple[timedelta, str | None]:
     for owner, obj in (("VM", vm), ("VMI", vmi)):
-        value = kv.annotations(obj).get(AFTER_ANNOTATION)
+        value = kv.annotations_of(obj).get(AFTER_ANNOTATION)
         if value is None:
             continue
         try:
@@ -234,7 +234,7 @@ def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) 
 
 
 # -- fetch, decide, act ---------------------------------------------------------------------------
-def on_event(event: Incoming, ctx: Context) -> Outcome:
+def on_event(event: Incoming, ctx: KubeContext) -> Outcome:
     if event.family == "ping":
         return rescan(ctx)
     found = target(event, ctx.settings)
@@ -246,13 +246,13 @@ def on_event(event: Incoming, ctx: Context) -> Outcome:
     return converge(vmi, ctx)
 
 
-def _read_vmi(ctx: Context, found: Target) -> dict | None:
+def _read_vmi(ctx: KubeContext, found: Target) -> dict | None:
     if found.name:
         return ctx.kube.get(VMI, found.namespace, found.name)
     return next((vmi for vmi in ctx.kube.list(VMI, found.namespace) if kv.meta(vmi).get("uid") == found.uid), None)
 
 
-def converge(vmi: dict, ctx: Context) -> Outcome:
+def converge(vmi: dict, ctx: KubeContext) -> Outcome:
     """Decide on fresh objects and act; on a conflict, read again and decide again."""
     for _ in range(MAX_ATTEMPTS):
         vm = _read_vm(ctx, vmi)
@@ -268,12 +268,12 @@ def converge(vmi: dict, ctx: Context) -> Outcome:
                          f"being cleaned up; retry later")
 
 
-def _read_vm(ctx: Context, vmi: dict) -> dict | None:
+def _read_vm(ctx: KubeContext, vmi: dict) -> dict | None:
     owner = kv.controller_owner(vmi, "VirtualMachine")
     return ctx.kube.get(VM, kv.meta(vmi)["namespace"], owner["name"]) if owner else None
 
 
-def _decide_with_facts(vmi: dict, vm: dict | None, ctx: Context) -> Decision:
+def _decide_with_facts(vmi: dict, vm: dict | None, ctx: KubeContext) -> Decision:
     """Decide; read the KubeVirt version and in-flight migrations only when an action is possible."""
     now = ctx.clock()
     first = decide(vmi, vm, ctx.settings, now)
@@ -283,7 +283,7 @@ def _decide_with_facts(vmi: dict, vm: dict | None, ctx: Context) -> Decision:
                   migrating=_migrating(ctx, vmi))
 
 
-def _kubevirt_version(ctx: Context) -> tuple[int, int, int] | None:
+def _kubevirt_version(ctx: KubeContext) -> tuple[int, int, int] | None:
     for cr in ctx.kube.list(KUBEVIRT):
         version = kv.parse_version((cr.get("status") or {}).get("observedKubeVirtVersion"))
         if version:
@@ -291,14 +291,14 @@ def _kubevirt_version(ctx: Context) -> tuple[int, int, int] | None:
     return None
 
 
-def _migrating(ctx: Context, vmi: dict) -> bool:
+def _migrating(ctx: KubeContext, vmi: dict) -> bool:
     meta = kv.meta(vmi)
     selector = f"kubevirt.io/vmi-name={meta['name']}"
     return any((m.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
                for m in ctx.kube.list(VMIM, meta["namespace"], label_selector=selector))
 
 
-def _act(decision: Decision, vmi: dict, vm: dict | None, ctx: Context) -> Outcome:
+def _act(decision: Decision, vmi: dict, vm: dict | None, ctx: KubeContext) -> Outcome:
     subject = kv.api_path(vmi)
     if decision.warning:
         ctx.recorder.record(vm or vmi, "Warning", "VMICleanupAnnotationInvalid", decision.warning, ctx.clock())
@@ -330,7 +330,7 @@ def halt_patch(vm: dict, strategy: str) -> list[dict]:
 
 
 # -- report ---------------------------------------------------------------------------------------
-def _report(decision: Decision, vmi: dict, vm: dict | None, ctx: Context, action: str) -> Outcome:
+def _report(decision: Decision, vmi: dict, vm: dict | None, ctx: KubeContext, action: str) -> Outcome:
     meta = kv.meta(vmi)
     dry_run = action.startswith("would-")
     ctx.recorder.record(vm or vmi, "Normal", "VMICleanupDryRun" if dry_run else "VMICleanedUp",
@@ -340,7 +340,7 @@ def _report(decision: Decision, vmi: dict, vm: dict | None, ctx: Context, action
             "action": action, "reason": decision.reason,
             "previousRunStrategy": decision.run_strategy, "dryRun": dry_run}
     reply = Reply(reply_type(FUNCTION, "cleaned"), kv.api_path(vmi), data, key=f"{meta['uid']}/{action}")
-    return Outcome(decision.action.value, action=action, subject=kv.api_path(vmi), reason=decision.reason,
+    return Outcome(decision.action.value, effect=action, subject=kv.api_path(vmi), reason=decision.reason,
                    reply=reply)
 
 
@@ -356,7 +356,7 @@ def event_message(action: str, vmi: dict, decision: Decision) -> str:
 
 
 # -- the periodic re-scan -------------------------------------------------------------------------
-def rescan(ctx: Context) -> Outcome:
+def rescan(ctx: KubeContext) -> Outcome:
     """Look at every VMI, page by page: catches missed events and makes 'after a delay' work."""
     cleaned, failures, scanned = [], [], 0
     for namespace in sorted(ctx.settings.namespaces) or [None]:
@@ -379,4 +379,4 @@ def rescan(ctx: Context) -> Outcome:
     reply = Reply(reply_type(FUNCTION, "scanned"), "/vmevents/vmi-cleanup/rescan",
                   {"scanned": scanned, "cleaned": cleaned},
                   key="|".join(sorted(f"{c['vmi']}/{c['action']}" for c in cleaned)))
-    return Outcome("rescan", action=f"acted-on-{len(cleaned)}", reason=reason, reply=reply)
+    return Outcome("rescan", effect=f"acted-on-{len(cleaned)}", reason=reason, reply=reply)

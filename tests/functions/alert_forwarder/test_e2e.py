@@ -163,7 +163,7 @@ def test_a_real_vmi_cleanup_reply_reaches_the_function_and_is_dropped_as_info(wo
     world.kubevirt.guest_power_off("default", name)
     line = eventually(lambda: [d for d in world.decisions() if d["event_type"] == "io.vmevents.vmi-cleanup.cleaned"
                                and name in (d["subject"] or "")], what="alert-forwarder saw the cleanup reply")
-    assert line[0]["decision"] == "drop" and "below MIN_SEVERITY=warning" in line[0]["reason"]
+    assert line[0]["verdict"] == "drop" and "below MIN_SEVERITY=warning" in line[0]["reason"]
     assert not world.alertmanager.alerts(alertname="VMICleanedUp")
 
 

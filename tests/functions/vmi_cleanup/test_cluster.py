@@ -11,7 +11,7 @@ import pytest
 from functions.vmi_cleanup.cleanup import FUNCTION, Settings, converge, rescan
 from shared.kube import Kube
 from shared.recorder import Recorder
-from shared.runtime import Context
+from shared.runtime import KubeContext
 from simcluster.apiserver import SimCluster
 from simcluster.builders.kubevirt import make_vm, make_vmi
 
@@ -26,10 +26,10 @@ def cluster():
     c.stop()
 
 
-def context(cluster, page_size=250, **settings) -> Context:
+def context(cluster, page_size=250, **settings) -> KubeContext:
     kube = Kube(cluster.api_client(service_account="vmevents/vmi-cleanup"), page_size=page_size)
-    return Context(FUNCTION, Settings(cleanup_after=timedelta(minutes=10), **settings), kube,
-                   Recorder(kube, FUNCTION), lambda: NOW)
+    return KubeContext(FUNCTION, Settings(cleanup_after=timedelta(minutes=10), **settings), lambda: NOW,
+                       kube, Recorder(kube, FUNCTION))
 
 
 def create_pair(cluster, name, run_strategy="Manual", **vm_kwargs):
@@ -65,7 +65,7 @@ def test_a_vmi_recreated_between_the_read_and_the_delete_is_not_deleted(cluster)
     outcome = converge(stale, context(cluster))  # decided on the stale copy: delete → 409 → re-read → skip
 
     assert vmi_of(cluster, "race1")["metadata"]["uid"] == fresh["metadata"]["uid"]
-    assert outcome.decision == "skip" and "phase is Running" in outcome.reason
+    assert outcome.verdict == "skip" and "phase is Running" in outcome.reason
 
 
 def test_a_vmi_changed_since_the_read_is_decided_again(cluster):
@@ -74,7 +74,7 @@ def test_a_vmi_changed_since_the_read_is_decided_again(cluster):
                   {"metadata": {"annotations": {"vmevents.io/skip-cleanup": "true"}}})
     outcome = converge(stale, context(cluster))
     assert vmi_of(cluster, "race2") is not None
-    assert outcome.decision == "skip" and "opts out" in outcome.reason
+    assert outcome.verdict == "skip" and "opts out" in outcome.reason
 
 
 def test_a_vm_whose_run_strategy_changed_since_the_read_is_not_halted(cluster):
@@ -88,13 +88,13 @@ def test_a_vm_whose_run_strategy_changed_since_the_read_is_not_halted(cluster):
         ctx.kube.json_patch(VM, "default", "race3", halt_patch(stale_vm, "Once"))
     assert cluster.get("kubevirt.io/v1", "VirtualMachine", "default", "race3")["spec"]["runStrategy"] == "Always"
     outcome = converge(vmi, ctx)  # fresh read: Always → leave it
-    assert outcome.decision == "leave"
+    assert outcome.verdict == "leave"
 
 
 def test_dry_run_reports_and_changes_nothing(cluster):
     vm, vmi = create_pair(cluster, "dry1", run_strategy="Once")
     outcome = converge(vmi, context(cluster, dry_run=True))
-    assert outcome.action == "would-halt-vm" and outcome.reply.data["dryRun"] is True
+    assert outcome.effect == "would-halt-vm" and outcome.reply.data["dryRun"] is True
     assert cluster.get("kubevirt.io/v1", "VirtualMachine", "default", "dry1")["spec"]["runStrategy"] == "Once"
     assert vmi_of(cluster, "dry1") is not None
     [event] = events_on(cluster, "dry1")
