@@ -23,9 +23,16 @@ from controlplane import crds
 from controlplane.server import ControlPlane
 from simcluster.apiserver import AuditRecord
 from simcluster.paths import DEPLOY_DIR
-from simcluster.store import type_for_kind
+from simcluster.store import RESOURCES, type_for_kind
 
 SA_PREFIX = "system:serviceaccount:"
+# Namespaces a fresh control plane has, kept across worlds ("default" and "vmevents" are emptied, the
+# vmevents install in them re-applied; "kubevirt" too).
+SYSTEM_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease", "vmevents", "kubevirt"}
+# Kinds a reset keeps: the install (deploy/) and the cluster's own objects.
+KEEP_KINDS = {"Namespace", "ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding",
+              "CustomResourceDefinition", "Service", "Broker", "Trigger", "ApiServerSource", "PingSource",
+              "ConfigMap", "Secret", "KubeVirt", "Node"}
 ADMIN_USER = "vmevents-admin"
 _PATCH_TYPES = {"merge": "application/merge-patch+json", "json": "application/json-patch+json",
                 "strategic": "application/strategic-merge-patch+json"}
@@ -73,6 +80,7 @@ class RealCluster:
 
         self._admin = config.new_client_from_config(config_file=str(self.plane.admin_kubeconfig))
         self.install_crds()
+        self.reset()
         for namespace in dict.fromkeys(("default", self.kubevirt_namespace, "vmevents")):
             self.ensure({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
         self.apply_deploy()
@@ -110,6 +118,46 @@ class RealCluster:
                 if time.monotonic() > deadline:
                     raise RealClusterError(f"CRD {name} was not Established in {timeout:.0f}s: {conditions}")
                 time.sleep(0.1)
+
+    def reset(self) -> None:
+        """Remove what an earlier cluster on this control plane left: every object of the kinds the
+        functions and tests create (finalizers dropped first: no KubeVirt runs to release them), every
+        Event, and every namespace that is not a system one. One control plane then serves a whole test
+        session, each world starting from the same empty state."""
+        for rt in RESOURCES:
+            if rt.kind in KEEP_KINDS or not self._served(rt):
+                continue
+            for obj in self._request("GET", self._rt_path(rt, None))["items"]:
+                meta = obj["metadata"]
+                path = self._rt_path(rt, meta.get("namespace"), meta["name"])
+                if meta.get("finalizers"):
+                    self._request("PATCH", path, {"metadata": {"finalizers": None}},
+                                  content_type=_PATCH_TYPES["merge"], allow=(404, 409))
+                self._request("DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
+                              allow=(404, 409))
+        for ns in self._request("GET", "/api/v1/namespaces")["items"]:
+            name = ns["metadata"]["name"]
+            if name not in SYSTEM_NAMESPACES:
+                self._request("DELETE", f"/api/v1/namespaces/{name}", allow=(404, 409))
+            else:
+                self._request("DELETE", f"/api/v1/namespaces/{name}/events", allow=(404,))
+        deadline = time.monotonic() + 60
+        while any(n["metadata"]["name"] not in SYSTEM_NAMESPACES
+                  for n in self._request("GET", "/api/v1/namespaces")["items"]):
+            if time.monotonic() > deadline:
+                raise RealClusterError("namespaces of an earlier world did not go away in 60 s")
+            time.sleep(0.2)
+
+    def _served(self, rt) -> bool:
+        base = "/api/v1" if rt.group == "" else f"/apis/{rt.group}/{rt.version}"
+        found = self._request("GET", base, allow=(404,))
+        return bool(found) and any(r["name"] == rt.plural for r in found.get("resources") or [])
+
+    @staticmethod
+    def _rt_path(rt, namespace: str | None, name: str | None = None) -> str:
+        base = "/api/v1" if rt.group == "" else f"/apis/{rt.group}/{rt.version}"
+        scoped = f"/namespaces/{namespace}" if rt.namespaced and namespace else ""
+        return f"{base}{scoped}/{rt.plural}" + (f"/{name}" if name else "")
 
     def _serves(self, crd: dict) -> bool:
         """Established is not yet served: until the new resource's storage is ready a LIST answers 429."""
@@ -169,6 +217,21 @@ class RealCluster:
 
     def clear_requests(self) -> None:
         self._audit_offset = self.plane.audit_log.stat().st_size if self.plane.audit_log.exists() else 0
+
+    # -- KubeVirt's subresource API -----------------------------------------------------------------------
+
+    def vm_start(self, namespace: str, name: str) -> None:
+        """What virt-api does for `virtctl start` (no virt-api runs here): the same patch of the VM's spec
+        or status that the simulator's subresource computes (simcluster.apiserver._start_patch)."""
+        from simcluster.apiserver import _start_patch
+
+        vm = self.get("kubevirt.io/v1", "VirtualMachine", namespace, name)
+        if vm is None:
+            raise RealClusterError(f'virtualmachine.kubevirt.io "{name}" not found')
+        vmi = self.get("kubevirt.io/v1", "VirtualMachineInstance", namespace, name)
+        target, operations = _start_patch(vm, vmi, name, {}, None, None)
+        self.patch("kubevirt.io/v1", "VirtualMachine", namespace, name, operations, patch_type="json",
+                   subresource="status" if target == "status" else None)
 
     # -- direct access (as the admin) --------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from localknative.broker import (  # noqa: F401 (re-exported)
     trigger_filter,
     validate_trigger,
 )
+from localknative.knative_source import KnativeApiServerSource
 from localknative.paths import REPO
 from localknative.serving import FunctionServer, ServingError, service_account  # noqa: F401
 from localknative.sources import (  # noqa: F401
@@ -91,6 +92,8 @@ class LocalKnative:
         start_sources: bool = True,
         validate_triggers: bool = True,
         repo: str | os.PathLike = REPO,
+        apiserversource_binary: str | os.PathLike | None = None,
+        namespaces_of: Callable[[Mapping[str, Any] | None], list[str]] | None = None,
     ) -> None:
         self.manifests = manifests
         self.kubeconfig_for = kubeconfig_for
@@ -104,8 +107,11 @@ class LocalKnative:
         self.start_sources = start_sources
         self.validate_triggers = validate_triggers
         self.repo = Path(repo)
+        # Knative's own receive adapter (localknative.knative_source) instead of our stand-in, when given.
+        self.apiserversource_binary = apiserversource_binary
+        self.namespaces_of = namespaces_of
         self.functions: dict[str, FunctionServer] = {}
-        self.sources: dict[str, ApiServerSourceAdapter] = {}
+        self.sources: dict[str, ApiServerSourceAdapter | KnativeApiServerSource] = {}
         self.pings: dict[str, PingSourceAdapter] = {}
         self.broker: Broker | None = None
         self.brokers: dict[str, Broker] = {}
@@ -184,7 +190,15 @@ class LocalKnative:
         for src in of_kind(self.manifests, "sources.knative.dev", "ApiServerSource"):
             meta, spec = src["metadata"], src.get("spec") or {}
             sa = f"{meta.get('namespace', 'default')}/{spec.get('serviceAccountName') or 'default'}"
-            adapter = ApiServerSourceAdapter(src, self.api_client_for(sa), self.resolve(spec["sink"]), self.api_server_url)
+            adapter: ApiServerSourceAdapter | KnativeApiServerSource
+            if self.apiserversource_binary is not None:
+                if self.namespaces_of is None:
+                    raise ValueError("Knative's adapter needs namespaces_of (to resolve namespaceSelector)")
+                adapter = KnativeApiServerSource(src, self.apiserversource_binary, self.kubeconfig_for(sa),
+                                                 self.resolve(spec["sink"]), self.namespaces_of)
+            else:
+                adapter = ApiServerSourceAdapter(src, self.api_client_for(sa), self.resolve(spec["sink"]),
+                                                 self.api_server_url)
             self.sources[meta["name"]] = adapter
             adapter.start()
         for src in of_kind(self.manifests, "sources.knative.dev", "PingSource"):

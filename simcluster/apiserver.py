@@ -413,9 +413,20 @@ class _Handler(BaseHTTPRequestHandler):
                                      "metadata": metadata, "items": items})
 
     def _create(self, route: Route, query: dict, body: Any) -> int:
+        if route.name and route.rt.kind == "Pod" and route.subresource == "binding":
+            target = (_object_body(body).get("target") or {})
+            if target.get("kind", "Node") != "Node" or not target.get("name"):
+                raise bad_request("a Binding must target a Node by name")
+            self._store.bind(route.rt, route.namespace, route.name, target["name"])
+            return self._send_json(201, {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                                         "status": "Success", "code": 201})
         if route.name:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
-        return self._send_json(201, self._store.create(route.rt, route.namespace or None, _object_body(body)))
+        obj = _object_body(body)
+        if (obj.get("metadata") or {}).get("resourceVersion"):
+            # etcd3 store.Create refuses it; kube-apiserver answers 500 (seen on v1.33).
+            raise ApiError(500, "InternalError", "resourceVersion should not be set on objects to be created")
+        return self._send_json(201, self._store.create(route.rt, route.namespace or None, obj))
 
     def _update(self, route: Route, query: dict, body: Any) -> int:
         updated = self._store.update(route.rt, route.namespace or None, route.name, _object_body(body),

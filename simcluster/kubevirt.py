@@ -616,6 +616,19 @@ class _Kube:
         self._on_write()
         self.core.create_namespaced_pod(ns, body)
 
+    def bind_pod(self, ns: str, name: str, node: str) -> None:
+        """What the scheduler does: POST the pod's binding subresource (spec.nodeName cannot be patched)."""
+        self._on_write()
+        answer = self.api_client.call_api(*self.api_client.param_serialize(
+            method="POST", resource_path=f"/api/v1/namespaces/{ns}/pods/{name}/binding",
+            header_params={"Content-Type": "application/json", "Accept": "application/json"},
+            body={"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+                  "target": {"apiVersion": "v1", "kind": "Node", "name": node}},
+            auth_settings=["BearerToken"]))
+        answer.read()
+        if answer.status >= 300:
+            raise RuntimeError(f"binding pod {ns}/{name} to {node}: HTTP {answer.status}: {answer.data[:300]!r}")
+
     def patch_pod(self, ns: str, name: str, body: dict, *, status: bool = False) -> None:
         self._on_write()
         fn = self.core.patch_namespaced_pod_status if status else self.core.patch_namespaced_pod
@@ -1117,7 +1130,7 @@ class KubeVirtSim:
                 status=True)
             return False
         pod_name = _meta(pod)["name"]
-        self._kube.patch_pod(meta["namespace"], pod_name, {"spec": {"nodeName": node}})
+        self._kube.bind_pod(meta["namespace"], pod_name, node)
         self._kube.patch_pod(meta["namespace"], pod_name, {"status": {
             "phase": "Running", "startTime": rfc3339(now), "hostIP": "10.0.0.1",
             "conditions": [{"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": rfc3339(now)}

@@ -414,7 +414,13 @@ class Store:
                            "your changes to the latest version and try again")
         new = self._merge_for_update(rt, current, obj, subresource)
         _check_finalizers(rt, current, new)
+        if rt.kind == "Pod" and subresource is None:
+            _check_pod_update(rt, current, new)
         new = self.validate(rt, new)
+        if _unchanged(new, current):
+            # A write that changes nothing is not written (registry Store.Update / etcd3 GuaranteedUpdate):
+            # the resourceVersion stays and no watch event is sent.
+            return clone(current)
         if _content(new, rt) != _content(current, rt):
             new["metadata"]["generation"] = current["metadata"].get("generation", 0) + 1
         if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
@@ -450,6 +456,18 @@ class Store:
                 meta.pop(system_field, None)
         return new
 
+    def bind(self, rt: ResourceType, namespace: str, name: str, node: str) -> None:
+        """POST pods/<name>/binding, as the scheduler does: sets spec.nodeName once (pkg/registry/core/pod/
+        storage BindingREST.setPodNodeAndMetadata: an assigned pod answers 409)."""
+        with self.cond:
+            current = self._stored(rt, namespace, name)
+            if (current.get("spec") or {}).get("nodeName"):
+                raise conflict(rt.qualified, rt.group, rt.plural, name,
+                               f"pod {name} is already assigned to node \"{current['spec']['nodeName']}\"")
+            new = clone(current)
+            new.setdefault("spec", {})["nodeName"] = node
+            self._commit(rt, self._key(rt, current), new, "MODIFIED", current)
+
     def _remove(self, rt: ResourceType, stored: dict) -> dict:
         key = self._key(rt, stored)
         del self._objects[rt][key]
@@ -470,6 +488,33 @@ class Store:
             self._floor = self._history[0].rv
         self._history.append(event)
         self.cond.notify_all()
+
+
+# The fields of a Pod's spec an update may change (pkg/apis/core/validation ValidatePodUpdate).
+_POD_MUTABLE = ("containers", "initContainers", "activeDeadlineSeconds", "tolerations",
+                "terminationGracePeriodSeconds")
+
+
+def _check_pod_update(rt: ResourceType, current: dict, new: dict) -> None:
+    def fixed(pod: dict) -> dict:
+        spec = dict(pod.get("spec") or {})
+        for name in _POD_MUTABLE:
+            spec.pop(name, None)
+        return spec
+    if fixed(current) != fixed(new):
+        raise invalid(rt, current["metadata"]["name"], [{
+            "reason": "FieldValueForbidden", "field": "spec",
+            "message": "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"
+                       "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only "
+                       "additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be "
+                       "set to 1 if it was previously negative)"}])
+
+
+def _unchanged(new: dict, current: dict) -> bool:
+    def comparable(obj: dict) -> dict:
+        meta = {k: v for k, v in obj.get("metadata", {}).items() if k not in ("resourceVersion", "managedFields")}
+        return {**obj, "metadata": meta}
+    return comparable(new) == comparable(current)
 
 
 def _check_preconditions(rt: ResourceType, stored: dict, preconditions: dict):

@@ -13,12 +13,14 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
 from cloudevents.http import CloudEvent
 
+from controlplane import build
 from localknative.runtime import LocalKnative, load_manifests
-from simcluster.apiserver import SimCluster
 from simcluster.kubevirt import KubeVirtSim
 from simcluster.paths import DEPLOY_DIR
+from tests import backends
 
 UPDATE = "dev.knative.apiserver.resource.update"
 
@@ -34,8 +36,16 @@ def eventually(predicate, timeout=15.0, interval=0.05, what="condition"):
 
 
 def kubevirt_versions(*versions: str) -> dict:
-    """A module-scoped world fixture's params and ids, one world per KubeVirt version."""
-    return {"params": list(versions), "ids": [f"kubevirt-{v}" for v in versions]}
+    """A module-scoped world fixture's params: one world per KubeVirt version and backend (sim, real);
+    `World(*request.param)` builds it."""
+    return {"params": [pytest.param((version, backend.values[0]), id=f"kubevirt-{version}-{backend.id}",
+                                    marks=backend.marks)
+                       for version in versions for backend in backends.params()]}
+
+
+def backends_only() -> dict:
+    """The params of a world fixture that varies only the backend (KubeVirt's default version)."""
+    return {"params": [pytest.param(("1.3.1", b.values[0]), id=b.id, marks=b.marks) for b in backends.params()]}
 
 
 def data_of(event: CloudEvent) -> Any:
@@ -49,18 +59,38 @@ class World:
 
     function_sa = ""  # "namespace/name" of the function's ServiceAccount, for function_requests()
 
-    def __init__(self, kubevirt_version: str = "1.3.1", *, kubevirt: Mapping[str, Any] | None = None,
-                 env_overrides: Mapping[str, Mapping[str, str]] | None = None, time_scale: float = 0.01):
-        self.cluster = SimCluster(kubevirt_version=kubevirt_version).start()
-        self.kubevirt = None if kubevirt is None else KubeVirtSim(self.cluster, **kubevirt).start()
-        self.knative = LocalKnative(
-            load_manifests(DEPLOY_DIR),
-            kubeconfig_for=lambda sa: self.cluster.kubeconfig(service_account=sa),
-            api_client_for=lambda sa: self.cluster.api_client(service_account=sa),
-            api_server_url=self.cluster.url,
-            env_overrides=env_overrides,
-            time_scale=time_scale,
-        ).start()
+    def __init__(self, kubevirt_version: str = "1.3.1", *, backend: str = backends.SIM,
+                 kubevirt: Mapping[str, Any] | None = None,
+                 env_overrides: Mapping[str, Mapping[str, str]] | None = None, time_scale: float = 0.01,
+                 knative_source: bool | None = None):
+        """knative_source: Knative's own ApiServerSource adapter instead of the stand-in (default: on the
+        real backend, where it can run)."""
+        self.backend = backend
+        self.cluster = backends.cluster(backend, kubevirt_version)
+        self.kubevirt = self.knative = None
+        try:
+            self.kubevirt = None if kubevirt is None else KubeVirtSim(self.cluster, **kubevirt).start()
+            use_knative = backend == backends.REAL if knative_source is None else knative_source
+            adapter = build.ensure(build.KNATIVE) / "apiserver_receive_adapter" if use_knative else None
+            self.knative = LocalKnative(
+                load_manifests(DEPLOY_DIR),
+                kubeconfig_for=lambda sa: self.cluster.kubeconfig(service_account=sa),
+                api_client_for=lambda sa: self.cluster.api_client(service_account=sa),
+                api_server_url=self.cluster.url,
+                env_overrides=env_overrides,
+                time_scale=time_scale,
+                apiserversource_binary=adapter,
+                namespaces_of=self._namespaces,
+            ).start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _namespaces(self, selector) -> list[str]:
+        from localknative.sources import label_selector
+
+        return [n["metadata"]["name"] for n in self.cluster.list("v1", "Namespace",
+                                                                 label_selector=label_selector(selector))]
 
     def stop(self):
         for part in (self.knative, self.kubevirt, self.cluster):

@@ -29,8 +29,9 @@ class World(e2e.World):
     function_sa = FUNCTION_SA
     settle = e2e.World.settle_with_kubevirt
 
-    def __init__(self, version: str):
-        super().__init__(version, kubevirt={"step_delay": 0.01}, env_overrides={"vmi-cleanup": {"CLEANUP_AFTER": "0s"}})
+    def __init__(self, version: str, backend: str):
+        super().__init__(version, backend=backend, kubevirt={"step_delay": 0.01},
+                         env_overrides={"vmi-cleanup": {"CLEANUP_AFTER": "0s"}})
 
     # -- helpers ------------------------------------------------------------------------------
     def vm(self, run_strategy="Manual", annotations=None, namespace="default"):
@@ -75,7 +76,7 @@ class World(e2e.World):
 
 @pytest.fixture(scope="module", **kubevirt_versions("1.1.1", "1.3.1"))
 def world(request):
-    with World(request.param) as w:
+    with World(*request.param) as w:
         yield w
 
 
