@@ -4,10 +4,11 @@ Settings (receivers, credentials files, MIN_SEVERITY) are read once, when the se
 setting stops the start with a message naming the variable. No Kubernetes client: this function
 never calls the API.
 """
-from functions.alert_forwarder.forwarder import FUNCTION, Settings, on_event
+from functions.alert_forwarder.handler import on_event
+from functions.alert_forwarder.settings import FUNCTION, load
 from shared.runtime import start
 
-app = start(FUNCTION, on_event, Settings.from_env, needs_kube=False)
+app = start(FUNCTION, on_event, load, needs_kube=False)
 
 
 def handle(request):

@@ -3,10 +3,11 @@
 Settings are read and the Kubernetes client configured here, once, when the server starts; a bad
 setting stops the start with a message naming the variable.
 """
-from functions.device_conflict.conflicts import FUNCTION, Settings, on_event, worth_decoding
+from functions.device_conflict.handler import on_event, worth_decoding
+from functions.device_conflict.settings import FUNCTION, load
 from shared.runtime import start
 
-app = start(FUNCTION, on_event, Settings.from_env, prefilter=worth_decoding)
+app = start(FUNCTION, on_event, load, prefilter=worth_decoding)
 
 
 def handle(request):

@@ -1,7 +1,7 @@
 """Builders for device-conflict's tests: the seed's vm1 and vm2, and small VMs/VMIs with devices.
 
-`seed_vm1()` and `seed_vm2()` follow the two manifests in the last comments of
-../shared/seeds/harvester-issue-auto-clean-vmi.txt (WebberHuang1118's steps), field for field,
+`seed_vm1()` and `seed_vm2()` follow the two manifests in the last comments of Harvester issue
+#5081 (WebberHuang1118's steps), field for field,
 without what the API server sets itself (uid, resourceVersion, creationTimestamp, generation) and
 without the UI's own fields in vm2 (`type: kubevirt.io.virtualmachine`, `__clone: true`).
 """

@@ -1,4 +1,4 @@
-"""device-conflict's story: the last comments of the Harvester issue in ../shared/seeds/, replayed
+"""device-conflict's story: the last comments of Harvester issue #5081, replayed
 with the seed's own vm1 and vm2 on one node (harvester-ktmg4) with one VF of
 intel.com/82599_ETHERNET_CONTROLLER_VIRTUAL_FUNCTION."""
 from __future__ import annotations

@@ -7,17 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from functions.alert_forwarder.forwarder import (
-    TABLE,
-    Receiver,
-    Settings,
-    decide,
-    findings,
-    generic_rule,
-    read_headers,
-    slack_message,
-    webhook_payload,
-)
+from functions.alert_forwarder.decide import TABLE, decide, generic_rule
+from functions.alert_forwarder.finding import findings
+from functions.alert_forwarder.settings import Receiver, Settings, read_headers
+from functions.alert_forwarder.wording import slack_message, webhook_payload
 from shared.errors import BadEvent
 from shared.intake import Incoming
 from shared.settings import SettingsError
@@ -94,9 +87,9 @@ ROWS = [
 
 @pytest.mark.parametrize("type_,data,subject,labels,resolved,anchor", ROWS)
 def test_each_finding_becomes_one_alert_with_stable_labels(type_, data, subject, labels, resolved, anchor):
-    decision = alerts_for(type_, data, subject=subject)
-    assert decision.action == "forward", decision.reason
-    (alert,) = decision.alerts
+    verdict = alerts_for(type_, data, subject=subject)
+    assert verdict.action == "forward", verdict.reason
+    (alert,) = verdict.alerts
     assert alert.labels == labels
     assert alert.resolved is resolved
     assert alert.starts_at == NOW
@@ -165,9 +158,9 @@ def test_min_severity_and_drops(type_, data, min_severity, action):
 
 
 def test_no_receiver_configured_drops_and_says_what_it_would_have_sent():
-    decision = alerts_for("io.vmevents.device-conflict.detected", b.device_conflict(), Settings())
-    assert decision.action == "drop"
-    assert "no receiver configured" in decision.reason and "VMHostDeviceConflict default/vm2" in decision.reason
+    verdict = alerts_for("io.vmevents.device-conflict.detected", b.device_conflict(), Settings())
+    assert verdict.action == "drop"
+    assert "no receiver configured" in verdict.reason and "VMHostDeviceConflict default/vm2" in verdict.reason
 
 
 def test_a_rescan_summary_becomes_one_alert_per_finding_it_carries():
@@ -177,17 +170,17 @@ def test_a_rescan_summary_becomes_one_alert_per_finding_it_carries():
                                                           ("io.vmevents.vmi-cleanup.cleaned", "default/b")]
     reported = findings(incoming("io.vmevents.migration-report.scanned", {"scanned": 9, "reported": [
         {"type": "io.vmevents.migration-report.failed", **b.migration_report()}]}))
-    decision = decide("io.vmevents.migration-report.scanned", reported, AM, NOW)
-    assert [a.labels["alertname"] for a in decision.alerts] == ["VMMigrationFailed"]
-    assert decision.alerts[0].labels["migration"] == "vm1-migration-abcde"
+    verdict = decide("io.vmevents.migration-report.scanned", reported, AM, NOW)
+    assert [a.labels["alertname"] for a in verdict.alerts] == ["VMMigrationFailed"]
+    assert verdict.alerts[0].labels["migration"] == "vm1-migration-abcde"
 
 
 def test_a_batch_of_changes_becomes_one_alert_per_change():
     batch = findings(incoming("io.vmevents.device-conflict.batch", {
         "detected": [dict(b.device_conflict(device="dev-a"), id="1")],
         "resolved": [dict(b.device_conflict(device="dev-b"), id="2")]}))
-    decision = decide("io.vmevents.device-conflict.batch", batch, AM, NOW)
-    assert [(a.labels["device"], a.resolved) for a in decision.alerts] == [("dev-a", False), ("dev-b", True)]
+    verdict = decide("io.vmevents.device-conflict.batch", batch, AM, NOW)
+    assert [(a.labels["device"], a.resolved) for a in verdict.alerts] == [("dev-a", False), ("dev-b", True)]
     paused = findings(incoming("io.vmevents.io-pause-report.scanned", {"scanned": 3, "findings": [
         {"type": "io.vmevents.io-pause-report.detected", "subject": "/x", **b.io_pause()}]}))
     assert [(f.type, f.subject) for f in paused] == [("io.vmevents.io-pause-report.detected", "/x")]

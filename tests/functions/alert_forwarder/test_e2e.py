@@ -104,8 +104,9 @@ def test_findings_are_grouped_by_alertname_and_namespace(world):
     assert sorted(a["labels"]["vm"] for a in groups["VMPausedOnIOError"]["alerts"]) == ["vm1", "vm2", "vm3"]
     assert groups["VMPausedOnIOError"]["labels"] == {"alertname": "VMPausedOnIOError", "namespace": ns}
     # Alertmanager notified its receiver once per group, with every alert of the group in it.
+    group = groups["VMPausedOnIOError"]["labels"]
     notice = world.notifications.wait_for(lambda posts: [p["body"] for p in posts
-                                                         if p["body"]["groupLabels"] == groups["VMPausedOnIOError"]["labels"]],
+                                                         if p["body"]["groupLabels"] == group],
                                           what="the group's notification")
     assert max(len(n["alerts"]) for n in notice) == 3
 

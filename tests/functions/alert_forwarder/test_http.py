@@ -17,8 +17,8 @@ SOURCE = source_of("alert_forwarder")
 FINDING = "io.vmevents.device-conflict.detected"
 SETTINGS = ("ALERTMANAGER_URL", "ALERTMANAGER_BEARER_TOKEN_FILE", "ALERTMANAGER_CA_FILE",
             "ALERTMANAGER_INSECURE_SKIP_VERIFY", "WEBHOOK_URL", "WEBHOOK_FORMAT", "WEBHOOK_HEADERS_FILE",
-            "WEBHOOK_CA_FILE", "WEBHOOK_INSECURE_SKIP_VERIFY", "MIN_SEVERITY", "CLUSTER_NAME", "ALERT_TTL", "ALERT_TTL_UNTIL_RESOLVED",
-            "SEND_TIMEOUT", "RUNBOOK_BASE_URL")
+            "WEBHOOK_CA_FILE", "WEBHOOK_INSECURE_SKIP_VERIFY", "MIN_SEVERITY", "CLUSTER_NAME", "ALERT_TTL",
+            "ALERT_TTL_UNTIL_RESOLVED", "SEND_TIMEOUT", "RUNBOOK_BASE_URL")
 
 
 @pytest.fixture
@@ -84,7 +84,8 @@ def test_every_alertmanager_replica_gets_the_alert(app_with):
     replicas = [Receiver().start(), Receiver().start()]
     try:
         client = app_with(ALERTMANAGER_URL=",".join(r.url for r in replicas))
-        assert post(client, b.finding_event("io.vmevents.device-conflict.detected", b.device_conflict())).status_code == 204
+        event = b.finding_event("io.vmevents.device-conflict.detected", b.device_conflict())
+        assert post(client, event).status_code == 204
         for replica in replicas:
             (body,) = replica.bodies("/api/v2/alerts")
             assert body[0]["labels"]["alertname"] == "VMHostDeviceConflict" and body[0]["endsAt"] > body[0]["startsAt"]

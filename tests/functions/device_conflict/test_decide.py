@@ -7,21 +7,11 @@ from datetime import timedelta
 
 import pytest
 
-from functions.device_conflict.conflicts import (
-    BLOCKED,
-    DOUBLE,
-    TAKEN,
-    Index,
-    Recorded,
-    Ref,
-    Settings,
-    find_conflicts,
-    plan,
-    recorded_from,
-    target,
-    why_resolved,
-    worth_decoding,
-)
+from functions.device_conflict.decide import Category, Recorded, decide, find_conflicts, plan, recorded_from
+from functions.device_conflict.handler import target, worth_decoding
+from functions.device_conflict.index import Index, Ref
+from functions.device_conflict.settings import Settings
+from functions.device_conflict.wording import conflict_message, reply_data, why_resolved
 from shared.intake import Incoming
 from simcluster.builders.devices import (
     NOW,
@@ -36,6 +26,7 @@ from simcluster.builders.devices import (
     vmi,
 )
 
+TAKEN, BLOCKED, DOUBLE = Category.TAKEN, Category.BLOCKED, Category.DOUBLE
 GPU = "nvidia.com/NVIDIA_A2-4Q"
 D1, D2 = host_device(), host_device("harvester-ktmg4-000004103")
 
@@ -48,7 +39,7 @@ def conflicts(*objects):
 
 
 def summary(found):
-    return [(c.kind, c.device, c.holder.name if c.holder else None, [b.name for b in c.blocked]) for c in found]
+    return [(c.category, c.device, c.holder.name if c.holder else None, [b.name for b in c.blocked]) for c in found]
 
 
 # -- the decision table -----------------------------------------------------------------------------
@@ -59,7 +50,8 @@ def summary(found):
                  [(TAKEN, SEED_DEVICE, "vm2", ["vm1"])], id="seed-on-kubevirt-1.1-vm1s-succeeded-vmi-stays"),
     pytest.param([seed_vm1(), seed_vm2(), vmi("vm2", D1, phase="Pending", node=None)],
                  [(TAKEN, SEED_DEVICE, "vm2", ["vm1"])], id="a-starting-vm-already-counts-as-the-holder"),
-    pytest.param([seed_vm1(), seed_vm2(), vmi("vm2", D1), vmi("vm1", D1, phase="Scheduling", unschedulable=insufficient())],
+    pytest.param([seed_vm1(), seed_vm2(), vmi("vm2", D1),
+                  vmi("vm1", D1, phase="Scheduling", unschedulable=insufficient())],
                  [(BLOCKED, SEED_DEVICE, "vm2", ["vm1"])], id="seed-vm1-cannot-start-anymore"),
     pytest.param([seed_vm1(), seed_vm2()], [(DOUBLE, SEED_DEVICE, None, ["vm1", "vm2"])],
                  id="two-specs-name-one-device-and-neither-runs"),
@@ -67,9 +59,10 @@ def summary(found):
                  id="three-specs-name-one-device"),
     pytest.param([vm("a", D1), vm("b", D1), vmi("a", D1), vm("c", D1)],
                  [(TAKEN, SEED_DEVICE, "a", ["b"]), (TAKEN, SEED_DEVICE, "a", ["c"])], id="one-holder-two-stopped"),
-    pytest.param([vm("a", host_device("gpu-1", GPU)), vmi("a", host_device("gpu-1", GPU)), vm("b", host_device("gpu-1", GPU))],
+    pytest.param([vm("a", host_device("gpu-1", GPU)), vmi("a", host_device("gpu-1", GPU)),
+                  vm("b", host_device("gpu-1", GPU))],
                  [(TAKEN, "gpu-1", "a", ["b"])], id="a-vgpu-too"),
-    # the real allocation wins over the spec for a running VM (FACTS.md §3, harvester#5823)
+    # the real allocation wins over the spec for a running VM (docs/facts.md §3, harvester#5823)
     pytest.param([vm("a", D1, allocation={"hostdevices": {VF: [D2["name"]]}}), vmi("a", D1), vm("b", D1)], [],
                  id="allocation-says-the-runner-got-another-device"),
     pytest.param([vm("a", D1, allocation={"hostdevices": {VF: [D2["name"]]}}), vmi("a", D1), vm("b", D2)],
@@ -83,7 +76,8 @@ def summary(found):
                                                        "sourceNode": SEED_NODE, "targetNode": "harvester-node-2"})],
                  [], id="a-vm-migrating-between-nodes"),
     pytest.param([vm("a", D1), vmi("a", D1, phase="Succeeded")], [], id="the-same-vm-restarting"),
-    pytest.param([vm("a", D1), vmi("a", D1), vm("b", D1), vmi("b", D1)], [], id="both-run-kubelet-gave-them-different-vfs"),
+    pytest.param([vm("a", D1), vmi("a", D1), vm("b", D1), vmi("b", D1)], [],
+                 id="both-run-kubelet-gave-them-different-vfs"),
     pytest.param([vm("a", D1), vmi("a", D1), vm("b", D1), vmi("b", D1, phase="Scheduling", unschedulable=
                  "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector.")],
                  [], id="blocked-for-another-reason"),
@@ -106,8 +100,9 @@ def test_a_standalone_vmi_can_hold_a_device():
 
 
 def test_cross_namespace_conflicts_name_the_namespaces():
-    [found] = conflicts(vm("a", D1, namespace="team-a"), vmi("a", D1, namespace="team-a"), vm("b", D1, namespace="team-b"))
-    assert found.data() == {"kind": TAKEN, "device": SEED_DEVICE, "resourceName": VF, "node": SEED_NODE,
+    [found] = conflicts(vm("a", D1, namespace="team-a"), vmi("a", D1, namespace="team-a"),
+                        vm("b", D1, namespace="team-b"))
+    assert reply_data(found) == {"kind": TAKEN, "device": SEED_DEVICE, "resourceName": VF, "node": SEED_NODE,
                             "holder": "team-a/a", "blocked": ["team-b/b"], "severity": "warning"}
 
 
@@ -115,8 +110,10 @@ def test_cross_namespace_conflicts_name_the_namespaces():
     pytest.param([seed_vm1(), seed_vm2(), vmi("vm2", D1)],
                  f"default/vm2 holds {SEED_DEVICE} ({VF}) on {SEED_NODE}; stopped VM default/vm1 names it too and "
                  f"cannot start while default/vm2 runs.", id=TAKEN),
-    pytest.param([seed_vm1(), seed_vm2(), vmi("vm2", D1), vmi("vm1", D1, phase="Scheduling", unschedulable=insufficient())],
-                 f"default/vm1 cannot start (Insufficient {VF}): default/vm2 holds {SEED_DEVICE} ({VF}) on {SEED_NODE}, "
+    pytest.param([seed_vm1(), seed_vm2(), vmi("vm2", D1),
+                  vmi("vm1", D1, phase="Scheduling", unschedulable=insufficient())],
+                 f"default/vm1 cannot start (Insufficient {VF}): default/vm2 holds {SEED_DEVICE} ({VF}) "
+                 f"on {SEED_NODE}, "
                  f"which default/vm1 names too. Stop default/vm2, or edit default/vm1 to name another free {VF} "
                  f"device, and default/vm1 can start.", id=BLOCKED),
     pytest.param([seed_vm1(), seed_vm2()],
@@ -125,7 +122,7 @@ def test_cross_namespace_conflicts_name_the_namespaces():
 ])
 def test_messages(objects, message):
     [found] = conflicts(*objects)
-    assert found.message() == message
+    assert conflict_message(found) == message
 
 
 def test_the_key_is_the_conflicts_identity_and_not_its_node():
@@ -188,13 +185,15 @@ SEED_BLOCKED = conflicts(seed_vm1(), seed_vm2(), vmi("vm2", D1),
 
 
 def rec(conflict, on, count=1, resolved_at=None):
-    return Recorded(f"{on}.x", "default", "7", count, resolved_at, Ref("default", on), conflict.key, conflict.data())
+    return Recorded(f"{on}.x", "default", "7", count, resolved_at, Ref("default", on), conflict.key,
+                    reply_data(conflict))
 
 
 @pytest.mark.parametrize("current,recorded,expected", [
     pytest.param([SEED_TAKEN], [], ([("vm2", TAKEN), ("vm1", TAKEN)], [TAKEN], []), id="new-conflict"),
     pytest.param([SEED_TAKEN], [rec(SEED_TAKEN, "vm2"), rec(SEED_TAKEN, "vm1")], ([], [], []), id="already-open"),
-    pytest.param([SEED_TAKEN], [rec(SEED_TAKEN, "vm2")], ([("vm1", TAKEN)], [], []), id="one-event-missing-is-repaired"),
+    pytest.param([SEED_TAKEN], [rec(SEED_TAKEN, "vm2")], ([("vm1", TAKEN)], [], []),
+                 id="one-event-missing-is-repaired"),
     pytest.param([], [rec(SEED_TAKEN, "vm2"), rec(SEED_TAKEN, "vm1")], ([], [], [TAKEN]), id="ended"),
     pytest.param([], [rec(SEED_TAKEN, "vm2", count=3, resolved_at=3)], ([], [], []), id="ended-and-already-said"),
     pytest.param([SEED_TAKEN], [rec(SEED_TAKEN, "vm2", count=4, resolved_at=3), rec(SEED_TAKEN, "vm1", 4, 3)],
@@ -202,23 +201,23 @@ def rec(conflict, on, count=1, resolved_at=None):
     pytest.param([SEED_TAKEN], [rec(SEED_TAKEN, "vm2", count=3, resolved_at=3), rec(SEED_TAKEN, "vm1", 3, 3)],
                  ([("vm2", TAKEN), ("vm1", TAKEN)], [TAKEN], []), id="came-back-not-yet-recorded"),
     pytest.param([SEED_BLOCKED], [rec(SEED_TAKEN, "vm2"), rec(SEED_TAKEN, "vm1")],
-                 ([("vm2", BLOCKED), ("vm1", BLOCKED)], [BLOCKED], [TAKEN]), id="escalated-to-another-kind"),
+                 ([("vm2", BLOCKED), ("vm1", BLOCKED)], [BLOCKED], [TAKEN]), id="escalated-to-another-category"),
 ])
 def test_plan(current, recorded, expected):
     todo = plan(current, recorded)
-    assert ([(ref.name, c.kind) for c, ref in todo.record], [c.kind for c in todo.detected],
+    assert ([(ref.name, c.category) for c, ref in todo.record], [c.category for c in todo.detected],
             [events[0].data["kind"] for events in todo.resolved]) == expected
 
 
 def test_an_event_of_ours_is_read_back():
-    stored = json.dumps({"key": SEED_TAKEN.key, "conflict": SEED_TAKEN.data()})
+    stored = json.dumps({"key": SEED_TAKEN.key, "conflict": reply_data(SEED_TAKEN)})
     event = {"metadata": {"name": "vm1.abc", "namespace": "default", "resourceVersion": "9",
                           "annotations": {"vmevents.io/device-conflict": stored,
                                           "vmevents.io/device-conflict-resolved-at": "2"}},
              "involvedObject": {"kind": "VirtualMachine", "name": "vm1", "namespace": "default", "uid": "u"},
              "count": 3}
     found = recorded_from(event)
-    assert found.key == SEED_TAKEN.key and found.open and found.data == SEED_TAKEN.data()
+    assert found.key == SEED_TAKEN.key and found.open and found.data == reply_data(SEED_TAKEN)
     assert recorded_from({"metadata": {"name": "x"}, "count": 1}) is None
 
 
@@ -234,13 +233,24 @@ def workloads_of(*objects):
                  id="the-holder-stopped-and-both-still-name-it"),
     pytest.param([seed_vm1(host_devices=[D2]), seed_vm2(), vmi("vm2", D1)],
                  f"default/vm1 no longer names or holds {SEED_DEVICE}", id="a-spec-changed"),
-    pytest.param([seed_vm2(), vmi("vm2", D1)], f"default/vm1 no longer names or holds {SEED_DEVICE}", id="a-vm-is-gone"),
+    pytest.param([seed_vm2(), vmi("vm2", D1)], f"default/vm1 no longer names or holds {SEED_DEVICE}",
+                 id="a-vm-is-gone"),
 ])
 def test_why_a_conflict_ended(objects, because):
     workloads = workloads_of(*objects)
     current = find_conflicts(workloads.values())
-    assert why_resolved(SEED_TAKEN.data(), current, workloads) == because
+    assert why_resolved(reply_data(SEED_TAKEN), current, workloads) == because
 
 
 def test_an_escalation_says_what_it_became():
-    assert why_resolved(SEED_TAKEN.data(), [SEED_BLOCKED], {}) == f"it is now {BLOCKED}"
+    assert why_resolved(reply_data(SEED_TAKEN), [SEED_BLOCKED], {}) == f"it is now {BLOCKED}"
+
+
+def test_one_vms_verdict_names_only_the_conflicts_it_is_part_of():
+    workloads = workloads_of(seed_vm1(), seed_vm2(), vmi("vm2", D1), vm("x", D2), vmi("x", D2), vm("y", D2))
+    verdict = decide("default/vm1", workloads.values())
+    assert (verdict.action, verdict.reason) == ("conflict", f"{TAKEN} over {SEED_DEVICE}")
+    assert [c.key for c in verdict.conflicts] == [SEED_TAKEN.key]
+    alone = decide("default/z", workloads.values())
+    assert (alone.action, alone.reason, alone.conflicts) == \
+        ("no-conflict", "default/z shares a device with no conflict", ())

@@ -199,8 +199,8 @@ def test_nothing_is_reported_when_nothing_conflicts(world):
     # b restarts (runStrategy Always: KubeVirt boots a new VMI for the same VM)
     old = w.vmi(b)["metadata"]["uid"]
     w.kubevirt.guest_power_off("default", b)
-    eventually(lambda: (v := w.vmi(b)) and v["metadata"]["uid"] != old and (v.get("status") or {}).get("phase") == "Running",
-               what="b restarted")
+    eventually(lambda: (v := w.vmi(b)) and v["metadata"]["uid"] != old
+               and (v.get("status") or {}).get("phase") == "Running", what="b restarted")
     w.tick()
     assert not w.events(a) and not w.events(b)
     assert not [r for r in w.replies() if {f"default/{a}", f"default/{b}"} & set(r[2].get("blocked", []))]

@@ -1,0 +1,212 @@
+"""The device index: the VMs and VMIs of one scan, folded into what each of them names and holds.
+
+Pure, like decide.py: the handler feeds it the objects of its LIST pages.
+"""
+from __future__ import annotations
+
+import enum
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from shared import kubevirt as kv
+
+# harvester/pcidevices ≥ v0.4.0 writes the devices kubelet really gave a running VM's launcher pod
+# onto the VM (pkg/controller/virtualmachine/virtualmachine.go reconcileVMResourceAllocationAnnotation;
+# pkg/apis/devices.harvesterhci.io/v1beta1 AllocationDetails). It is left in place after the VM
+# stops, so it is only believed for a running VM.
+ALLOCATION_ANNOTATION = "harvesterhci.io/deviceAllocationDetails"
+# A Harvester PCIDevice is named <node>-<PCI address without ':' and '.'> (docs/facts.md §3), e.g.
+# harvester-ktmg4-000004102 is 0000:04:10.2 on node harvester-ktmg4.
+_PCIDEVICE_NAME = re.compile(r"^(?P<node>[a-z0-9][-a-z0-9.]*)-[0-9a-f]{9}$")
+
+
+@dataclass(frozen=True, order=True)
+class Device:
+    name: str      # hostDevices[].name / gpus[].name: for Harvester the PCIDevice (or vGPU) object name
+    resource: str  # deviceName: the device-plugin resource kubelet counts
+
+
+@dataclass(frozen=True, order=True)
+class Ref:
+    """The object Events go on: the VM (or a standalone VMI)."""
+
+    namespace: str
+    name: str
+    kind: str = "VirtualMachine"
+    uid: str | None = field(default=None, compare=False)
+
+    @property
+    def id(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def involved(self) -> dict:
+        return {"apiVersion": "kubevirt.io/v1", "kind": self.kind,
+                "metadata": {"name": self.name, "namespace": self.namespace, "uid": self.uid}}
+
+    def api_path(self) -> str:
+        return kv.api_path(self.involved())
+
+
+class State(enum.StrEnum):
+    STOPPED = "stopped"    # no VMI, or a final one
+    STARTING = "starting"  # a VMI not yet bound to a node (and not unschedulable)
+    RUNNING = "running"    # bound: its launcher pod holds the devices
+    BLOCKED = "blocked"    # PodScheduled=False, reason Unschedulable
+
+
+FINAL = frozenset(kv.FINAL_PHASES)
+BOUND = frozenset({"Scheduled", "Running", "Unknown"})
+
+
+def spec_devices(spec: Mapping | None) -> frozenset[Device]:
+    """hostDevices[] and gpus[] of a VMI spec (or a VM's template spec)."""
+    devices = (((spec or {}).get("domain") or {}).get("devices") or {})
+    found = set()
+    for entry in list(devices.get("hostDevices") or ()) + list(devices.get("gpus") or ()):
+        if isinstance(entry, Mapping) and entry.get("name") and entry.get("deviceName"):
+            found.add(Device(str(entry["name"]), str(entry["deviceName"])))
+    return frozenset(found)
+
+
+def vm_devices(vm: Mapping) -> frozenset[Device]:
+    return spec_devices(((vm.get("spec") or {}).get("template") or {}).get("spec"))
+
+
+def allocated_devices(vm: dict | None) -> frozenset[Device] | None:
+    """The real allocation from harvesterhci.io/deviceAllocationDetails; None when absent or unreadable."""
+    text = kv.annotations_of(vm).get(ALLOCATION_ANNOTATION)
+    if not text:
+        return None
+    try:
+        details = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(details, dict):
+        return None
+    found = set()
+    for group in ("hostdevices", "gpus"):
+        for resource, names in (details.get(group) or {}).items():
+            for name in names if isinstance(names, list) else ():
+                if isinstance(name, str) and name:
+                    found.add(Device(name, resource))
+    return frozenset(found)
+
+
+def unschedulable(vmi: Mapping | None) -> str | None:
+    """The scheduler's message when the VMI's pod cannot be scheduled (docs/facts.md §1), else None."""
+    for cond in ((vmi or {}).get("status") or {}).get("conditions") or ():
+        if (cond.get("type") == "PodScheduled" and cond.get("status") == "False"
+                and cond.get("reason") == "Unschedulable"):
+            return cond.get("message") or ""
+    return None
+
+
+def vmi_state(vmi: dict | None) -> State:
+    phase = kv.phase(vmi) if vmi else ""
+    if vmi is None or phase in FINAL:
+        return State.STOPPED
+    if unschedulable(vmi) is not None:
+        return State.BLOCKED
+    return State.RUNNING if phase in BOUND else State.STARTING
+
+
+def node_of(device: str) -> str | None:
+    match = _PCIDEVICE_NAME.match(device)
+    return match.group("node") if match else None
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One VM (or standalone VMI) that names or holds devices, as one scan sees it."""
+
+    ref: Ref
+    state: State
+    named: frozenset[Device]    # what its spec names (the VM's template; the VMI's for a standalone VMI)
+    devices: frozenset[Device]  # what it holds (running/starting) or asks for (blocked) or would ask for (stopped)
+    node: str | None = None
+    scheduler_message: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.state in (State.STARTING, State.RUNNING)
+
+
+@dataclass(frozen=True)
+class _Vm:
+    ref: Ref
+    named: frozenset[Device]
+    allocated: frozenset[Device] | None
+
+
+@dataclass(frozen=True)
+class _Vmi:
+    state: State
+    devices: frozenset[Device]
+    node: str | None
+    message: str | None
+    owner: dict | None
+    uid: str | None
+
+
+class Index:
+    """VMs and VMIs folded, page by page, into Workloads: only objects with devices are kept, a few
+    hundred bytes each, so memory follows the number of device VMs, not of all VMs."""
+
+    def __init__(self) -> None:
+        self._vms: dict[str, _Vm] = {}
+        self._vmis: dict[str, _Vmi] = {}
+        self.vms_seen = 0
+        self.vmis_seen = 0
+
+    def add_vm(self, vm: dict) -> None:
+        self.vms_seen += 1
+        named, allocated = vm_devices(vm), allocated_devices(vm)
+        if not named and not allocated:
+            return
+        meta = kv.meta(vm)
+        ref = Ref(meta.get("namespace") or "default", meta["name"], "VirtualMachine", meta.get("uid"))
+        self._vms[ref.id] = _Vm(ref, named, allocated)
+
+    def add_vmi(self, vmi: dict) -> None:
+        self.vmis_seen += 1
+        meta = kv.meta(vmi)
+        key = f"{meta.get('namespace') or 'default'}/{meta['name']}"
+        devices = spec_devices(vmi.get("spec"))
+        if key not in self._vms and not devices:
+            return
+        self._vmis[key] = _Vmi(vmi_state(vmi), devices, (vmi.get("status") or {}).get("nodeName") or None,
+                               unschedulable(vmi), kv.controller_owner(vmi, "VirtualMachine"), meta.get("uid"))
+
+    def touches_others(self, target: str, devices: frozenset[str]) -> bool:
+        """Does any other VM name or hold one of these devices (by its spec or allocation)?"""
+        own = self._vms.get(target)
+        wanted = set(devices) | ({d.name for d in own.named | (own.allocated or frozenset())} if own else set())
+        return any(key != target and wanted & {d.name for d in vm.named | (vm.allocated or frozenset())}
+                   for key, vm in self._vms.items())
+
+    def workloads(self) -> list[Workload]:
+        return [_workload(key, self._vms.get(key), self._vmis.get(key))
+                for key in sorted(set(self._vms) | set(self._vmis))]
+
+
+def _workload(key: str, vm: _Vm | None, vmi: _Vmi | None) -> Workload:
+    namespace, name = key.split("/", 1)
+    if vm is not None:
+        ref, named, allocated = vm.ref, vm.named, vm.allocated
+    else:  # a VMI with devices whose VM names none (or which has no VM)
+        assert vmi is not None, key  # the key came from one of the two
+        owner = vmi.owner
+        ref = (Ref(namespace, name, "VirtualMachine", owner.get("uid")) if owner
+               else Ref(namespace, name, "VirtualMachineInstance", vmi.uid))
+        named, allocated = (frozenset() if owner else vmi.devices), None
+    if vmi is None:
+        return Workload(ref, State.STOPPED, named, named)
+    if vmi.state is State.STOPPED:
+        devices = named
+    elif vmi.state is State.RUNNING and allocated is not None:
+        devices = allocated  # the real allocation wins over the spec for a running VM (docs/facts.md §3)
+    else:
+        devices = vmi.devices
+    return Workload(ref, vmi.state, named, devices, node=vmi.node, scheduler_message=vmi.message)
