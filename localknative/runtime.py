@@ -109,7 +109,8 @@ class LocalKnative:
         self.pings: dict[str, PingSourceAdapter] = {}
         self.broker: Broker | None = None
         self.brokers: dict[str, Broker] = {}
-        unknown = set(self.env_overrides) - {m["metadata"]["name"] for m in of_kind(manifests, "serving.knative.dev", "Service")}
+        services = {m["metadata"]["name"] for m in of_kind(manifests, "serving.knative.dev", "Service")}
+        unknown = set(self.env_overrides) - services
         if unknown:
             raise ValueError(f"env_overrides name no Knative Service in the manifests: {sorted(unknown)}")
         if validate_triggers:
@@ -184,7 +185,8 @@ class LocalKnative:
         for src in of_kind(self.manifests, "sources.knative.dev", "ApiServerSource"):
             meta, spec = src["metadata"], src.get("spec") or {}
             sa = f"{meta.get('namespace', 'default')}/{spec.get('serviceAccountName') or 'default'}"
-            adapter = ApiServerSourceAdapter(src, self.api_client_for(sa), self.resolve(spec["sink"]), self.api_server_url)
+            adapter = ApiServerSourceAdapter(src, self.api_client_for(sa), self.resolve(spec["sink"]),
+                                             self.api_server_url)
             self.sources[meta["name"]] = adapter
             adapter.start()
         for src in of_kind(self.manifests, "sources.knative.dev", "PingSource"):
