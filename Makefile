@@ -2,7 +2,7 @@
 PYTHON ?= python3
 STAMP := .run/installed
 
-.PHONY: install run test bench clean image lock deploy undeploy e2e
+.PHONY: install run test lint typecheck check bench clean image lock deploy undeploy e2e
 
 # Install on a real cluster (README "Install on Harvester"). IMAGE must match deploy/base/kustomization.yaml
 # `images` (tests/deploy/test_deploy.py checks the default); OVERLAY is one of deploy/overlays/.
@@ -22,6 +22,16 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PYTHON) -m pytest
+
+# The configuration of both is in pyproject.toml ([tool.ruff], [tool.mypy]); .pre-commit-config.yaml runs the same.
+lint: $(STAMP)
+	$(PYTHON) -m ruff check .
+
+typecheck: $(STAMP)
+	$(PYTHON) -m mypy
+
+# Everything CI would say no to, cheapest first.
+check: lint typecheck test
 
 bench: $(STAMP)
 	$(PYTHON) -m bench $(BENCH)

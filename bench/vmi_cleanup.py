@@ -139,7 +139,8 @@ def make_vmi(name: str, namespace: str = "default", *, phase: str = "Running", v
         "currentCPUTopology": {"cores": 2, "sockets": 1, "threads": 1},
         "guestOSInfo": {"id": "ubuntu", "kernelRelease": "5.15.0-94-generic",
                         "kernelVersion": "#104-Ubuntu SMP Tue Jan 9 15:25:40 UTC 2024", "machine": "x86_64",
-                        "name": "Ubuntu", "prettyName": "Ubuntu 22.04.3 LTS", "version": "22.04.3 LTS (Jammy Jellyfish)",
+                        "name": "Ubuntu", "prettyName": "Ubuntu 22.04.3 LTS",
+                        "version": "22.04.3 LTS (Jammy Jellyfish)",
                         "versionId": "22.04"},
         "interfaces": [{"infoSource": "domain, guest-agent, multus-status", "interfaceName": "enp1s0",
                         "ipAddress": "10.52.0.199", "ipAddresses": ["10.52.0.199", "fe80::74a3:7ff:fe37:34b"],
@@ -176,7 +177,8 @@ def binary_event(obj: Mapping[str, Any], operation: str = "update") -> tuple[dic
         "ce-id": str(uuid.uuid4()),
         "ce-type": f"dev.knative.apiserver.resource.{operation}",
         "ce-source": SOURCE,
-        "ce-subject": f"/apis/{obj['apiVersion']}/namespaces/{meta['namespace']}/virtualmachineinstances/{meta['name']}",
+        "ce-subject": (f"/apis/{obj['apiVersion']}/namespaces/{meta['namespace']}"
+                       f"/virtualmachineinstances/{meta['name']}"),
         "ce-kind": obj["kind"],
         "ce-apiversion": obj["apiVersion"],
         "ce-name": meta["name"],
@@ -440,7 +442,7 @@ def run_bench(config: Config, workdir: Path, stack: contextlib.ExitStack,
     noop_rate = report.throughput[NOOP.name]["events_per_s"]
     report.ratio = round(report.throughput[VMI_CLEANUP.name]["events_per_s"] / noop_rate, 3) if noop_rate else 0.0
     report.paired_ratios = [round(a.per_second / b.per_second, 3) if b.per_second else 0.0
-                            for a, b in zip(by_server[VMI_CLEANUP.name], by_server[NOOP.name])]
+                            for a, b in zip(by_server[VMI_CLEANUP.name], by_server[NOOP.name], strict=False)]
     report.irrelevant = {"events": irrelevant_events, "api_calls": calls,
                          "api_calls_per_event": round(calls / irrelevant_events, 4) if irrelevant_events else None,
                          "decisions": dict(counts), "in_handler_ms_p50": in_handler.get("irrelevant")}
@@ -521,7 +523,8 @@ def render(report: Report) -> str:
         lines.append(f"  {name:<24}{report.startup_s[name]:>12.3f}{report.rss_mib[name]:>10.1f}")
     fn_rss, noop_rss = report.rss_mib[VMI_CLEANUP.name], report.rss_mib[NOOP.name]
     fn_up, noop_up = report.startup_s[VMI_CLEANUP.name], report.startup_s[NOOP.name]
-    lines.append(f"  {'ratio':<24}{fn_up / noop_up if noop_up else 0:>11.2f}x{fn_rss / noop_rss if noop_rss else 0:>9.2f}x")
+    up_ratio, rss_ratio = fn_up / noop_up if noop_up else 0, fn_rss / noop_rss if noop_rss else 0
+    lines.append(f"  {'ratio':<24}{up_ratio:>11.2f}x{rss_ratio:>9.2f}x")
     return "\n".join(lines)
 
 

@@ -163,7 +163,8 @@ def _validate_expression(expr: Any, path: str) -> list[str]:
             )
         for name, value in mapping.items():
             if not _ATTRIBUTE_NAME.match(str(name)):
-                errors.append(f"{path}.{dialect}: attribute name {name!r} must be lowercase alphanumeric, starting with a letter")
+                errors.append(f"{path}.{dialect}: attribute name {name!r} must be lowercase alphanumeric, "
+                              f"starting with a letter")
             if value in (None, ""):
                 errors.append(f"{path}.{dialect}.{name}: the value must not be empty")
     for dialect in ("all", "any"):
@@ -243,7 +244,8 @@ class DeliverySpec:
         return self.backoff_delay * (2 ** n)
 
 
-def effective_delivery(trigger_delivery: Mapping[str, Any] | None, broker_delivery: Mapping[str, Any] | None) -> DeliverySpec:
+def effective_delivery(trigger_delivery: Mapping[str, Any] | None,
+                       broker_delivery: Mapping[str, Any] | None) -> DeliverySpec:
     """The Trigger's delivery when it has one, else the Broker's (the MT broker does the same)."""
     return DeliverySpec.from_manifest(trigger_delivery if trigger_delivery else broker_delivery)
 
@@ -309,7 +311,8 @@ def _is_cloudevent_response(headers: Mapping[str, str]) -> bool:
     return "ce-specversion" in lower or lower.get("content-type", "").startswith("application/cloudevents")
 
 
-def post_event(url: str, event: CloudEvent, timeout: float | None, extra_headers: Mapping[str, str] | None = None) -> _Outcome:
+def post_event(url: str, event: CloudEvent, timeout: float | None,
+               extra_headers: Mapping[str, str] | None = None) -> _Outcome:
     headers, body = binary_request(event)
     headers.update(extra_headers or {})
     try:
@@ -318,7 +321,8 @@ def post_event(url: str, event: CloudEvent, timeout: float | None, extra_headers
         return _Outcome(None, f"dispatch error: {type(exc).__name__}: {exc}", f"dispatch error: {exc}".encode(), None)
     content = response.content or b""
     if not 200 <= response.status_code < 300:
-        return _Outcome(response.status_code, f"unexpected HTTP response, expected 2xx, got {response.status_code}", content, None)
+        return _Outcome(response.status_code, f"unexpected HTTP response, expected 2xx, got {response.status_code}",
+                        content, None)
     if _is_cloudevent_response(response.headers):
         try:
             reply = from_http(dict(response.headers), content, data_unmarshaller=lambda raw: raw)
@@ -327,7 +331,8 @@ def post_event(url: str, event: CloudEvent, timeout: float | None, extra_headers
         return _Outcome(response.status_code, None, content, reply)
     if content.strip():
         # knative/eventing#6394: "Received a non-empty response not recognized as CloudEvent".
-        return _Outcome(502, "2xx with a body that is not a CloudEvent counts as a failed delivery (502)", content, None)
+        return _Outcome(502, "2xx with a body that is not a CloudEvent counts as a failed delivery (502)",
+                        content, None)
     return _Outcome(response.status_code, None, content, None)
 
 
@@ -406,7 +411,8 @@ class Broker:
                 subscriber=resolve(spec["subscriber"]),
                 delivery=delivery,
                 dead_letter=resolve(delivery.dead_letter_sink) if delivery.dead_letter_sink else None,
-                pool=ThreadPoolExecutor(max_workers=workers_per_trigger, thread_name_prefix=f"trigger-{meta.get('name')}"),
+                pool=ThreadPoolExecutor(max_workers=workers_per_trigger,
+                                        thread_name_prefix=f"trigger-{meta.get('name')}"),
             ))
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -437,12 +443,13 @@ class Broker:
                 self.end_headers()
                 self.wfile.write(payload)
 
-            def log_message(self, format: str, *args: Any) -> None:  # quiet
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - BaseHTTPRequestHandler's name
                 log.debug("ingress: " + format, *args)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="broker-ingress", daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="broker-ingress",
+                                        daemon=True)
         self._thread.start()
         return self
 
@@ -540,7 +547,8 @@ class Broker:
 
     # -- dispatch -------------------------------------------------------------------------
 
-    def _attempts(self, url: str, event: CloudEvent, spec: DeliverySpec, trigger: str, dead_letter: bool, extra: Mapping[str, str] | None):
+    def _attempts(self, url: str, event: CloudEvent, spec: DeliverySpec, trigger: str, dead_letter: bool,
+                  extra: Mapping[str, str] | None):
         """Send with retries; yields nothing, returns the last outcome."""
         attrs = event.get_attributes()
         outcome = None
@@ -596,9 +604,9 @@ class Broker:
         self._attempts(route.dead_letter, dlq, route.delivery, route.name, True, None)
 
 
-def new_event(type: str, source: str = "/sim/test", data: Any = None, **attributes: Any) -> CloudEvent:
+def new_event(event_type: str, source: str = "/sim/test", data: Any = None, **attributes: Any) -> CloudEvent:
     """A CloudEvent for tests and demos, with a fresh id."""
-    attrs = {"type": type, "source": source, "id": str(uuid.uuid4())}
+    attrs = {"type": event_type, "source": source, "id": str(uuid.uuid4())}
     attrs.update({k: v for k, v in attributes.items() if v is not None})
     if data is not None and "datacontenttype" not in attrs and not isinstance(data, (bytes, str)):
         attrs["datacontenttype"] = "application/json"

@@ -115,7 +115,8 @@ class LocalKnative:
         self.pings: dict[str, PingSourceAdapter] = {}
         self.broker: Broker | None = None
         self.brokers: dict[str, Broker] = {}
-        unknown = set(self.env_overrides) - {m["metadata"]["name"] for m in of_kind(manifests, "serving.knative.dev", "Service")}
+        services = {m["metadata"]["name"] for m in of_kind(manifests, "serving.knative.dev", "Service")}
+        unknown = set(self.env_overrides) - services
         if unknown:
             raise ValueError(f"env_overrides name no Knative Service in the manifests: {sorted(unknown)}")
         if validate_triggers:

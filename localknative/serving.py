@@ -113,7 +113,8 @@ class FunctionServer:
     def start(self, timeout: float = 20.0) -> FunctionServer:
         source = self.repo / self.env["FUNCTION_SOURCE"]
         if not source.exists():
-            raise ServingError(f"Knative Service {self.name}: FUNCTION_SOURCE {self.env['FUNCTION_SOURCE']} does not exist in {self.repo}.")
+            raise ServingError(f"Knative Service {self.name}: FUNCTION_SOURCE {self.env['FUNCTION_SOURCE']} "
+                               f"does not exist in {self.repo}.")
         self.port = free_port()
         env = {k: os.environ[k] for k in _HOST_ENV if k in os.environ}
         env.update(self.env)

@@ -183,7 +183,8 @@ class ApiServerSourceAdapter:
         spec = manifest.get("spec") or {}
         self.mode = spec.get("mode") or "Reference"
         if self.mode not in ("Resource", "Reference"):
-            raise ValueError(f"ApiServerSource {self.name}: mode {self.mode!r} is not valid; use Resource or Reference.")
+            raise ValueError(f"ApiServerSource {self.name}: mode {self.mode!r} is not valid; "
+                             f"use Resource or Reference.")
         self.api_client = api_client
         self.sink_url = sink_url
         self.source = api_server_url
@@ -393,7 +394,8 @@ class PingSourceAdapter:
         self.manifest = manifest
         self.name = manifest["metadata"]["name"]
         self.sink_url = sink_url
-        self.interval = interval if interval is not None else schedule_seconds((manifest.get("spec") or {}).get("schedule", "* * * * *"))
+        schedule = (manifest.get("spec") or {}).get("schedule", "* * * * *")
+        self.interval = interval if interval is not None else schedule_seconds(schedule)
         self.on_event = on_event
         self.sent: list[tuple[CloudEvent, int | None]] = []
         self._stop = threading.Event()

@@ -2,7 +2,7 @@
 
 A *permanent* error means retrying cannot help (bad input): the broker must not redeliver, so it
 answers 4xx. A *temporary* error means the same event may succeed later (API unreachable,
-throttled, a conflict worth retrying): it answers 5xx so the broker redelivers (FACTS.md §6: the
+throttled, a conflict worth retrying): it answers 5xx so the broker redelivers (docs/facts.md §6: the
 broker retries 5xx, 404, 408, 409 and 429, and no other 4xx). Modelled on kopf's
 PermanentError / TemporaryError.
 """

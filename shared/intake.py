@@ -3,13 +3,13 @@
 Accepts CloudEvents 1.0 in binary mode (ce-* headers, the body is the data) and structured mode
 (application/cloudevents+json). Knows the three event families the functions subscribe to:
 ApiServerSource Resource mode (data = the whole object), Reference mode (data = a reference to
-fetch) and PingSource ticks (FACTS.md §6). Parsing is hand-written rather than
+fetch) and PingSource ticks (docs/facts.md §6). Parsing is hand-written rather than
 `cloudevents.http.from_http` (and JSON is decoded with orjson) because it sits on the hot path of
 every event, and each failure must become a sentence an operator can act on.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,7 +69,8 @@ class Incoming:
         """The object a Resource-mode event carries. It is a hint, never evidence: re-read it."""
         obj = self.data
         meta = obj.get("metadata") if isinstance(obj, dict) else None
-        if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not obj.get("kind"):
+        if not isinstance(obj, dict) or not isinstance(meta, dict) or not isinstance(meta.get("name"), str) \
+                or not obj.get("kind"):
             raise BadEvent(f"event {self.id} ({self.type}) does not carry a Kubernetes object: "
                            f"data needs kind and metadata.name")
         if self.extensions.get("kind") and self.extensions["kind"] != obj["kind"]:
@@ -94,6 +95,11 @@ class About:
     obj: dict | None
     deleted: bool
 
+    @property
+    def namespace(self) -> str:
+        """The object's namespace: about() says "default" for a namespaced reference without one."""
+        return self.ref.namespace or "default"
+
 
 def about(event: Incoming, kinds: Collection[str], function: str, *,
           ref_kinds: Collection[str] | None = None) -> About:
@@ -117,7 +123,7 @@ def about(event: Incoming, kinds: Collection[str], function: str, *,
     return About(ref, obj, event.operation == "delete")
 
 
-def may_concern(headers, body: bytes, kinds: Collection[str], tokens: Collection[bytes]) -> bool:
+def may_concern(headers: Mapping[str, str], body: bytes, kinds: Collection[str], tokens: Collection[bytes]) -> bool:
     """The functions' cheap pre-check on raw bytes. False only for a Resource-mode event of one of
     `kinds` whose JSON contains none of `tokens` anywhere: such an event is answered as irrelevant
     without being decoded. It can only err towards decoding (a token found elsewhere in the
@@ -140,7 +146,7 @@ def wsgi_headers(environ: dict) -> dict[str, str]:
     return headers
 
 
-def parse(headers, body: bytes) -> Incoming:
+def parse(headers: Mapping[str, str], body: bytes) -> Incoming:
     """Parse a CloudEvent from HTTP headers (case-insensitive mapping) and body. Raises BadEvent."""
     content_type = (headers.get("Content-Type") or "").split(";")[0].strip().lower()
     if content_type == _STRUCTURED:
@@ -151,7 +157,7 @@ def parse(headers, body: bytes) -> Incoming:
                    "application/cloudevents+json (structured mode)")
 
 
-def check_binary(headers) -> None:
+def check_binary(headers: Mapping[str, str]) -> None:
     """Check a binary-mode envelope without building the event (raises BadEvent)."""
     _check(lambda name: headers.get("ce-" + name))
 
@@ -164,7 +170,7 @@ def _check(attribute: Callable[[str], Any]) -> None:
         raise BadEvent(f"CloudEvent is missing required attribute(s): {', '.join(missing)}")
 
 
-def _binary(headers, body: bytes, content_type: str) -> Incoming:
+def _binary(headers: Mapping[str, str], body: bytes, content_type: str) -> Incoming:
     attributes = {key[3:].lower(): value for key, value in headers.items() if key.lower().startswith("ce-")}
     data = _decode_data(body, content_type, attributes.get("id", "?"))
     return _build(attributes, data)

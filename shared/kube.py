@@ -119,6 +119,16 @@ def _status_message(body: bytes, fallback: str) -> str:
         return fallback
 
 
+def _json_object(data: bytes) -> dict[str, Any]:
+    """A response body: every Kubernetes API answer is a JSON object (an empty body is `{}`)."""
+    decoded: dict[str, Any] = json.loads(data) if data else {}
+    return decoded
+
+
+# A JSON patch (RFC 6902): its operations, in order.
+JsonPatch = list[dict[str, Any]]
+
+
 class Kube:
     """A small façade over one `ApiClient`. Counts its calls (the benchmark reports them)."""
 
@@ -141,17 +151,17 @@ class Kube:
         what = f"{method} {path}"
         try:
             response = self.api.call_api(*params, _request_timeout=REQUEST_TIMEOUT)
-            response.read()
+            data: bytes = response.read()
         except ApiException as exc:  # raised by the client for transport-level trouble
             raise Unavailable(f"{what}: {exc.reason or exc}") from None
         except (TransportError, OSError) as exc:
             raise Unavailable(f"{what}: Kubernetes API unreachable ({exc.__class__.__name__})") from None
         if response.status >= 300:
             retry_after = response.getheader("Retry-After")
-            message = _status_message(response.data, f"HTTP {response.status}")
+            message = _status_message(data, f"HTTP {response.status}")
             raise _error_for(response.status, f"{what}: {message}",
                              float(retry_after) if retry_after and retry_after.isdigit() else None)
-        return json.loads(response.data) if response.data else {}
+        return _json_object(data)
 
     # -- verbs -------------------------------------------------------------------------------
     def get(self, kind: Kind, namespace: str | None, name: str) -> dict | None:
@@ -184,7 +194,7 @@ class Kube:
             return False
         return True
 
-    def json_patch(self, kind: Kind, namespace: str | None, name: str, operations: list[dict]) -> dict:
+    def json_patch(self, kind: Kind, namespace: str | None, name: str, operations: JsonPatch) -> dict:
         return self.request("PATCH", kind.path(namespace, name), body=operations,
                             content_type="application/json-patch+json")
 

@@ -1,4 +1,4 @@
-"""Reading KubeVirt objects: phases, owners, run strategies and versions (FACTS.md §1–2).
+"""Reading KubeVirt objects: phases, owners, run strategies and versions (docs/facts.md §1–2).
 
 Pure functions over the dicts the API returns; no I/O.
 """
@@ -56,6 +56,7 @@ def phase_since(vmi: dict, which: str) -> datetime | None:
 
 def controller_owner(obj: dict, kind: str) -> dict | None:
     """The controller ownerReference of that kind, if any."""
+    ref: dict
     for ref in meta(obj).get("ownerReferences") or ():
         if ref.get("kind") == kind and ref.get("controller"):
             return ref
@@ -67,7 +68,8 @@ def run_strategy(vm: dict) -> str | None:
     default when neither is set is Halted."""
     spec = vm.get("spec") or {}
     if spec.get("runStrategy"):
-        return spec["runStrategy"]
+        strategy: str = spec["runStrategy"]
+        return strategy
     if "running" in spec and spec["running"] is not None:
         return "Always" if spec["running"] else "Halted"
     return "Halted"

@@ -2,7 +2,7 @@
 
 A function module supplies `on_event(event, ctx) -> Outcome` and a settings loader; `start()` turns
 them into the functions-framework `http` target. Not `@cloud_event`: that signature always answers
-"OK", which a Knative broker counts as a failed delivery (FACTS.md §6). Here a handled event
+"OK", which a Knative broker counts as a failed delivery (docs/facts.md §6). Here a handled event
 answers 2xx with an empty body or with a reply CloudEvent, bad input answers 400 with
 {"error": ...}, and a temporary failure answers 5xx so the broker redelivers. Errors become HTTP
 in exactly one place: `shared.errors.http_answer`.

@@ -1,7 +1,8 @@
 """Reading configuration from the environment, once, with errors that say what a valid value is.
 
 Each function declares a frozen dataclass of its settings and builds it with these parsers at
-start-up; nothing writes to os.environ (the anti-pattern STYLE.md names in functions-framework).
+start-up; nothing writes to os.environ (functions-framework's `_function_registry.py` does, a
+process-wide side effect no caller can see or undo).
 """
 from __future__ import annotations
 

@@ -250,7 +250,8 @@ def discovery(route: Route, host: str) -> dict:
                  for rt in RESOURCES if (rt.group, rt.version) == (route.group, route.version)]
     resources += [{"name": f"{rt.plural}/status", "singularName": "", "namespaced": rt.namespaced, "kind": rt.kind,
                    "verbs": ["get", "patch", "update"]}
-                  for rt in RESOURCES if (rt.group, rt.version) == (route.group, route.version) and rt.status_subresource]
+                  for rt in RESOURCES
+                  if (rt.group, rt.version) == (route.group, route.version) and rt.status_subresource]
     if route.group == KUBEVIRT_SUBRESOURCES:
         resources = [{"name": f"virtualmachines/{a}", "singularName": "", "namespaced": True, "kind": "",
                       "verbs": ["update"]} for a in LIFECYCLE_ACTIONS]
@@ -486,7 +487,7 @@ class _Handler(BaseHTTPRequestHandler):
             timeout = _param(query, "timeoutSeconds")
             deadline = time.monotonic() + float(timeout) if timeout else None
         except ValueError as err:
-            raise bad_request(str(err))
+            raise bad_request(str(err)) from None
         with store.cond:
             expired = cursor is not None and cursor < store.floor
             floor = store.floor

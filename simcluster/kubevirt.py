@@ -6,7 +6,7 @@ under test see the same objects, phases and Events they would see on a Harvester
 
 The file reads top to bottom as: facts and pure decisions (`reconcile`, `vm_status`, `schedule`,
 object builders; no client, no clock) → the I/O loop (`KubeVirtSim`) that fetches, decides again
-on fresh objects and acts. Sources are cited next to each behaviour; FACTS.md §1–3 is the summary.
+on fresh objects and acts. Sources are cited next to each behaviour; docs/facts.md §1–3 is the summary.
 """
 from __future__ import annotations
 
@@ -137,7 +137,8 @@ def has_stop_request_for(vm: Mapping, vmi: Mapping | None) -> bool:
 class Action:
     """One step the VM controller takes; `why` is logged and kept for tests."""
 
-    verb: str  # start | stop | add_start_request | set_always | add_vm_finalizer | remove_vm_finalizer | remove_vmi_finalizer
+    # start | stop | add_start_request | set_always | add_vm_finalizer | remove_vm_finalizer | remove_vmi_finalizer
+    verb: str
     why: str
 
 
@@ -151,7 +152,7 @@ def reconcile(vm: Mapping, vmi: Mapping | None, version: tuple[int, int, int] | 
     """The VM controller's decision for one VM, level-based on fresh objects.
 
     Mirrors pkg/virt-controller/watch/vm.go `sync` + `syncRunStrategy` (v1.1.1: `startStop`;
-    ≥v1.5: pkg/virt-controller/watch/vm/vm.go), FACTS.md §2.
+    ≥v1.5: pkg/virt-controller/watch/vm/vm.go), docs/facts.md §2.
     """
     version = parse_version(version) if isinstance(version, str) else version
     actions = _finalizer_actions(vm, vmi)
@@ -1029,7 +1030,8 @@ class KubeVirtSim:
                 deleted = self._kube.delete(VMIS, ns, name, uid=uid)
             except Exception as exc:
                 self._kube.record(vm, "Warning", "FailedDelete",
-                                  f"Error deleting virtual machine instance {name}: {exc}", VM_CONTROLLER_COMPONENT, now)
+                                  f"Error deleting virtual machine instance {name}: {exc}", VM_CONTROLLER_COMPONENT,
+                                  now)
                 raise
             if deleted:
                 self._kube.record(vm, "Normal", "SuccessfulDelete",
@@ -1124,10 +1126,11 @@ class KubeVirtSim:
             if _condition_is(vmi, "PodScheduled", "False", "Unschedulable") and \
                     _condition(vmi, "PodScheduled").get("message") == why:
                 return False
-            self._patch_vmi_status(vmi, {"conditions": set_condition(_status(vmi).get("conditions"), unschedulable, now)})
+            conditions = set_condition(_status(vmi).get("conditions"), unschedulable, now)
+            self._patch_vmi_status(vmi, {"conditions": conditions})
+            pod_condition = dict(unschedulable, lastProbeTime=None, lastTransitionTime=rfc3339(now))
             self._kube.patch_pod(meta["namespace"], _meta(pod)["name"], {"status": {
-                "phase": "Pending", "conditions": [dict(unschedulable, lastProbeTime=None, lastTransitionTime=rfc3339(now))]}},
-                status=True)
+                "phase": "Pending", "conditions": [pod_condition]}}, status=True)
             return False
         pod_name = _meta(pod)["name"]
         self._kube.bind_pod(meta["namespace"], pod_name, node)
@@ -1167,7 +1170,8 @@ class KubeVirtSim:
         if has_finalizer(vmi, VMI_FINALIZER):
             self._remove_finalizer(VMIS, vmi, VMI_FINALIZER)
         owner = _owner_name(vmi, "VirtualMachine")
-        if has_finalizer(vmi, VM_CONTROLLER_FINALIZER) and (owner is None or self._kube.get(VMS, meta["namespace"], owner) is None):
+        if has_finalizer(vmi, VM_CONTROLLER_FINALIZER) and \
+                (owner is None or self._kube.get(VMS, meta["namespace"], owner) is None):
             # No VM controller will ever see this VMI again (its VM is gone): the simulator frees it
             # rather than leave it stuck, which a real cluster's garbage collector would also end.
             self._remove_finalizer(VMIS, self._kube.get(VMIS, meta["namespace"], meta["name"]) or vmi,

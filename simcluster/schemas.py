@@ -1,8 +1,10 @@
 """Validation of custom resources against the upstream CRD schemas, as the apiextensions-apiserver does.
 
 A function that writes `runStrategy: 5` or a misspelt field must fail (or lose the field) here as it would
-on a real cluster. The schemas are the upstream openAPIV3Schema files under the read-only reference
-directory (UPSTREAM_DIR/README.md says where each came from); they are loaded on first use and cached.
+on a real cluster. The schemas are the upstream openAPIV3Schema files under upstream/ (its README.md
+says where each came from); they are loaded on first use and cached. A schema the simulator looks for
+and cannot find (a missing or unreadable file, a CRD file without the kind) is a SchemaError naming
+the file: validating nothing silently would let a wrong object pass.
 
 What the real server does and this module copies:
 - structural pruning: unknown fields are dropped silently unless `x-kubernetes-preserve-unknown-fields`
@@ -42,10 +44,14 @@ def _in_range(value: Any, low: int, high: int) -> bool:
     return not isinstance(value, int) or isinstance(value, bool) or low <= value <= high
 
 
-def kubevirt_schema_dir(kubevirt_version: str) -> Path:
+class SchemaError(RuntimeError):
+    """An upstream schema the simulator needs is missing, unreadable, or not in the file it should be in."""
+
+
+def kubevirt_schema_dir(kubevirt_version: str, kubevirt_dir: Path = paths.KUBEVIRT_SCHEMAS) -> Path:
     numbers = tuple(int(p) for p in re.findall(r"\d+", kubevirt_version)[:2])
     release = "v1.3.1" if numbers <= _KUBEVIRT_SCHEMA_CUTOFF else "v1.8.3"
-    return paths.KUBEVIRT_SCHEMAS / release / "crd-schemas"
+    return kubevirt_dir / release / "crd-schemas"
 
 
 def to_json_schema(schema: Any) -> Any:
@@ -101,15 +107,16 @@ def prune(value: Any, schema: dict, root: bool = False) -> Any:
 
 
 class SchemaRegistry:
-    """Finds the schema of each kind for one KubeVirt version; kinds without an upstream schema pass unchecked.
+    """Finds the schema of each kind for one KubeVirt version. Only the built-in kinds (no CRD) pass
+    unchecked; a custom resource whose schema cannot be found is a SchemaError naming the file.
 
     Parsed schemas and validators are cached per process (they are read-only and thread-safe), so a test
     suite that starts many clusters parses each file once.
     """
 
-    def __init__(self, kubevirt_version: str, reference_dir: Path = paths.UPSTREAM_DIR):
-        self._kubevirt_dir = kubevirt_schema_dir(kubevirt_version)
-        self._reference_dir = reference_dir
+    def __init__(self, kubevirt_version: str, upstream_dir: Path = paths.UPSTREAM_DIR):
+        self._kubevirt_dir = kubevirt_schema_dir(kubevirt_version, upstream_dir / "kubevirt")
+        self._upstream_dir = upstream_dir
 
     def validate(self, rt: ResourceType, obj: dict) -> dict:
         """Prune then validate; raise a 422 Invalid listing every failing field."""
@@ -127,36 +134,54 @@ class SchemaRegistry:
         if rt.group in ("kubevirt.io", "migrations.kubevirt.io"):
             return self._kubevirt_dir / f"{rt.kind.lower()}.openAPIV3Schema.yaml", rt
         if rt.group == "longhorn.io":
-            return self._reference_dir / "longhorn" / "v1.10.0" / "crds.yaml", rt
+            return self._upstream_dir / "longhorn" / "v1.10.0" / "crds.yaml", rt
         if rt.group == "devices.harvesterhci.io":
-            return self._reference_dir / "harvester-pcidevices" / "crds.yaml", rt
+            return self._upstream_dir / "harvester-pcidevices" / "crds.yaml", rt
         return None, rt
 
 
 @functools.cache
-def _compiled(path: Path | None, rt: ResourceType):
-    raw = _find_schema(path, rt) if path is not None and path.exists() else None
-    if raw is None:
+def _compiled(path: Path | None, rt: ResourceType) -> tuple[dict, jsonschema.Draft4Validator] | None:
+    """The schema and its validator; None for a built-in kind (no CRD, no path)."""
+    if path is None:
         return None
+    raw = _find_schema(path, rt)
+    if not isinstance(raw, dict):
+        raise SchemaError(f"{path}: no openAPIV3Schema for {rt.kind} ({rt.qualified}, version {rt.version}); "
+                          f"the simulator validates every custom resource against its upstream schema")
     converted = to_json_schema(raw)
     converted.setdefault("properties", {})["metadata"] = {"type": "object"}
     return raw, jsonschema.Draft4Validator(converted, format_checker=_format_checker())
 
 
-def _find_schema(path: Path, rt: ResourceType) -> dict | None:
+def _find_schema(path: Path, rt: ResourceType) -> Any:
     if path.name.endswith(".openAPIV3Schema.yaml"):  # KubeVirt: one file per kind, the CRDsValidation value
-        return yaml.load(path.read_text(), Loader=_Loader)["openAPIV3Schema"]
+        try:
+            document = yaml.load(_read(path), Loader=_Loader)
+        except yaml.YAMLError as exc:
+            raise SchemaError(f"{path}: not a readable YAML schema file ({exc})") from None
+        return document.get("openAPIV3Schema") if isinstance(document, dict) else None
     return _crd_schema(path, rt)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SchemaError(f"{path}: cannot read the upstream schema file ({exc.__class__.__name__}: {exc})") from None
 
 
 @functools.cache
 def _crd_documents(path: Path) -> tuple:
     """The CRDs in a manifest file. Helm charts wrap theirs in `{{ if }} ... {{ else }} ... {{ end }}`
     (keep the first branch, apiextensions.k8s.io/v1) and template some values (dropped)."""
-    text = path.read_text()
+    text = _read(path)
     text = re.split(r"^\{\{-?\s*else\s*-?\}\}.*$", text, maxsplit=1, flags=re.M)[0]
     text = re.sub(r"\{\{.*?\}\}", "", text)  # Longhorn's `labels: {{- include ... }}` too
-    return tuple(d for d in yaml.load_all(text, Loader=_Loader) if isinstance(d, dict))
+    try:
+        return tuple(d for d in yaml.load_all(text, Loader=_Loader) if isinstance(d, dict))
+    except yaml.YAMLError as exc:
+        raise SchemaError(f"{path}: not a readable YAML file of CRDs ({exc})") from None
 
 
 def _crd_schema(path: Path, rt: ResourceType) -> dict | None:

@@ -244,7 +244,7 @@ class Store:
         try:
             match = selectors.matcher(label_selector, field_selector, rt.field_labels)
         except ValueError as err:
-            raise bad_request(str(err))
+            raise bad_request(str(err)) from None
         start = _decode_continue(continue_token) if continue_token else None
         with self.cond:
             keys = sorted(k for k in self._objects[rt] if namespace is None or k[0] == namespace)
@@ -548,12 +548,12 @@ def _apply_patch(patch_type: str, current: dict, patch: Any) -> dict:
     try:
         patched = patches.apply(patch_type, current, patch)
     except patches.MalformedPatch as err:
-        raise bad_request(str(err))
+        raise bad_request(str(err)) from None
     except patches.PatchFailed:
         # handlers/patch.go applyJSPatch: a JSON patch that does not apply (a failed `test`, a missing path) is
         # errors.NewGenericServerResponse(http.StatusUnprocessableEntity, ...): 422 Invalid, generic message,
         # no causes (the json-patch error text is not passed on).
-        raise ApiError(422, "Invalid", "the server rejected our request due to an error in our request", {})
+        raise ApiError(422, "Invalid", "the server rejected our request due to an error in our request", {}) from None
     if not isinstance(patched, dict):
         raise bad_request("the patch did not produce an object")
     return patched
@@ -570,4 +570,5 @@ def _decode_continue(token: str) -> tuple:
         return tuple(data["start"])
     except (ValueError, KeyError, TypeError):
         # storage.ErrCodeInvalidObj path in the real server: a malformed continue is a 400.
-        raise bad_request("continue key is not valid: incorrect encoded start resourceVersion (version sim/1)")
+        raise bad_request("continue key is not valid: incorrect encoded start resourceVersion (version sim/1)") \
+            from None

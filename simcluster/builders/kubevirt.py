@@ -1,4 +1,4 @@
-"""Small builders for KubeVirt test objects, shaped like the seed's objects (FACTS.md §1–3).
+"""Small builders for KubeVirt test objects, shaped like the seed's objects (docs/facts.md §1–3).
 
 Defaults describe the common case: a VM `vm1` in `default` whose guest powered itself off
 (VMI phase Succeeded) at FINISHED.

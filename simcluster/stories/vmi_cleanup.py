@@ -1,6 +1,6 @@
-"""vmi-cleanup's story (the Harvester issue in ../shared/seeds/): guests power themselves off and
-vmi-cleanup decides, on an old KubeVirt (1.1.1, Harvester 1.2/1.3) and a new one (1.3.1,
-Harvester 1.4)."""
+"""vmi-cleanup's story (Harvester issue #5081, auto-clean VMIs after in-guest power-off): guests power
+themselves off and vmi-cleanup decides, on an old KubeVirt (1.1.1, Harvester 1.2/1.3) and a new one
+(1.3.1, Harvester 1.4)."""
 from __future__ import annotations
 
 import time
@@ -42,7 +42,8 @@ def play() -> None:
 
 
 def _play(s: Stage) -> None:
-    s.timeline.line("setup", f"vmi-cleanup runs with CLEANUP_AFTER={CLEANUP_AFTER}; PingSource every {PING_INTERVAL:g}s")
+    s.timeline.line("setup", f"vmi-cleanup runs with CLEANUP_AFTER={CLEANUP_AFTER}; "
+                             f"PingSource every {PING_INTERVAL:g}s")
     for name, strategy, extra, why in CAST:
         s.cluster.create(seed_vm(name, strategy, extra))
         if strategy == "Manual":

@@ -51,13 +51,15 @@ def test_every_knative_object_is_ready(installed):
         if obj["apiVersion"].split("/")[0] in KNATIVE_GROUPS:
             ready = [c for c in (obj.get("status") or {}).get("conditions") or () if c["type"] == "Ready"]
             if not ready or ready[0]["status"] != "True":
-                not_ready.append(f"{ident(obj)}: {ready[0].get('reason')}: {ready[0].get('message')}" if ready else ident(obj))
+                not_ready.append(f"{ident(obj)}: {ready[0].get('reason')}: {ready[0].get('message')}" if ready
+                                 else ident(obj))
     assert not not_ready, "not Ready:\n" + "\n".join(not_ready)
 
 
 def test_service_accounts_may_do_exactly_what_deploy_grants(installed):
     objects = render(OVERLAY)
-    accounts = {f"{s['metadata']['namespace']}/{s['metadata']['name']}" for s in objects if s["kind"] == "ServiceAccount"}
+    accounts = {f"{s['metadata']['namespace']}/{s['metadata']['name']}" for s in objects
+                if s["kind"] == "ServiceAccount"}
     wrong = []
     for sa in sorted(accounts):
         grants = granted(sa, objects)

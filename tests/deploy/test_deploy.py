@@ -1,14 +1,14 @@
 """deploy/ is right the first time: every kustomization (base and each overlay) is rendered with a
 real kubectl and every object is checked against the upstream schemas, then against each other.
 
-- Knative objects against the CRDs in ../shared/reference/ (Serving knative-v1.22.1, Eventing
+- Knative objects against the CRDs in upstream/ (Serving knative-v1.22.1, Eventing
   knative-v1.22.2), with unknown fields rejected as `kubectl apply` does (its default
   --validate=strict); Kubernetes core and RBAC objects, and each Knative Service's pod spec, against
   the Kubernetes OpenAPI schemas of the `kubernetes-validate` package (strict).
 - Cross-references: brokers, sinks, subscribers and dead-letter sinks exist; every function has a
   Trigger, credentials (or none at all) and least-privilege RBAC; every ApiServerSource's
   ServiceAccount may get/list/watch exactly what it watches; every env var is one its function
-  reads, with a value it accepts (its own Settings.from_env decides, not a list kept here).
+  reads, with a value it accepts (its own settings loader decides, not a list kept here).
 Nothing here names a function: a new `deploy/base/<function>.yaml` is checked by the same rules.
 """
 from __future__ import annotations
@@ -110,7 +110,8 @@ def unknown_fields(value, schema: dict, path: str = "") -> list[str]:
     """Fields a structural schema does not declare: the API server would drop them, and kubectl's
     default strict field validation rejects them."""
     if isinstance(value, list):
-        return [f for i, item in enumerate(value) for f in unknown_fields(item, schema.get("items") or {}, f"{path}[{i}]")]
+        return [f for i, item in enumerate(value)
+                for f in unknown_fields(item, schema.get("items") or {}, f"{path}[{i}]")]
     if not isinstance(value, dict) or schema.get("x-kubernetes-preserve-unknown-fields"):
         return []
     properties, additional = schema.get("properties") or {}, schema.get("additionalProperties")
@@ -173,7 +174,8 @@ def test_knative_services_pod_spec_is_a_valid_kubernetes_pod_spec(kustomization,
         try:
             kubernetes_validate.validate(pod, version, strict=True)
         except kubernetes_validate.ValidationError as e:
-            pytest.fail(f"{ident(svc)} pod spec against Kubernetes {e.version}: {'.'.join(map(str, e.path))}: {e.message}")
+            pytest.fail(f"{ident(svc)} pod spec against Kubernetes {e.version}: "
+                        f"{'.'.join(map(str, e.path))}: {e.message}")
 
 
 # -- cross-references -------------------------------------------------------------------------------
@@ -208,7 +210,8 @@ def test_every_reference_resolves(kustomization):
             if not dest.get("ref") or not resolves(dest["ref"], ns, objects):
                 missing.append(f"{ident(obj)} {what} {dest}")
         if obj["kind"] == "Trigger":
-            if not resolves({"apiVersion": "eventing.knative.dev/v1", "kind": "Broker", "name": obj["spec"]["broker"]}, ns, objects):
+            broker = {"apiVersion": "eventing.knative.dev/v1", "kind": "Broker", "name": obj["spec"]["broker"]}
+            if not resolves(broker, ns, objects):
                 missing.append(f"{ident(obj)} broker {obj['spec']['broker']}")
         if obj["kind"] in ("RoleBinding", "ClusterRoleBinding"):
             ref = obj["roleRef"]
@@ -328,8 +331,8 @@ def test_knative_services_are_private_bounded_sized_and_probed(kustomization):
             if get.get("path") != "/" or get.get("port") not in (None, c["ports"][0]["containerPort"]):
                 problems.append(f"{who}: {probe} must GET / on the serving port")
         sc = c.get("securityContext") or {}
-        if not (sc.get("runAsNonRoot") and sc.get("readOnlyRootFilesystem") and sc.get("allowPrivilegeEscalation") is False
-                and sc.get("capabilities", {}).get("drop") == ["ALL"]):
+        if not (sc.get("runAsNonRoot") and sc.get("readOnlyRootFilesystem")
+                and sc.get("allowPrivilegeEscalation") is False and sc.get("capabilities", {}).get("drop") == ["ALL"]):
             problems.append(f"{who}: securityContext must be non-root, read-only, no escalation, drop ALL")
     assert not problems, "\n".join(problems)
 
@@ -342,7 +345,7 @@ def test_scale_and_concurrency_carry_a_stated_reason():
         for i, line in enumerate(lines):
             if re.match(r"\s*(containerConcurrency|autoscaling\.knative\.dev/min-scale):", line):
                 above = lines[max(0, i - 8):i]
-                if not any(l.strip().startswith("#") for l in above):
+                if not any(text.strip().startswith("#") for text in above):
                     missing.append(f"{path.name}:{i + 1}: {line.strip()}")
     assert not missing, "say why (a comment above): " + ", ".join(missing)
 

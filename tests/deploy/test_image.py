@@ -59,7 +59,8 @@ def test_installs_the_package_with_exactly_pinned_dependencies():
         pinned = LOCK.get(wanted.name.lower().replace("_", "-"))
         assert pinned, f"requirements.lock does not pin {wanted.name} (run make lock)"
         version = str(pinned.specifier).removeprefix("==")
-        assert wanted.specifier.contains(version), f"requirements.lock pins {pinned}, pyproject wants {wanted} (make lock)"
+        assert wanted.specifier.contains(version), \
+            f"requirements.lock pins {pinned}, pyproject wants {wanted} (make lock)"
 
 
 def test_the_docker_context_holds_only_what_the_image_needs():

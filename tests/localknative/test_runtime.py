@@ -223,7 +223,8 @@ def test_vmi_cleanup_trigger_filters(event, expected):
     pytest.param([{"cesql": "type = 'a'"}], "CESQL", id="cesql"),
     pytest.param([{"exact": {"type": "a"}, "prefix": {"type": "b"}}], "multiple dialects", id="two-dialects"),
     pytest.param([{"exact": {"type": "a", "kind": "Pod"}}], "only one key-value", id="two-keys-in-exact"),
-    pytest.param([{"any": [{"exact": {"type": "a", "kind": "Pod"}}]}], r"filters\[0\]\.any\[0\]\.exact", id="nested-two-keys"),
+    pytest.param([{"any": [{"exact": {"type": "a", "kind": "Pod"}}]}], r"filters\[0\]\.any\[0\]\.exact",
+                 id="nested-two-keys"),
     pytest.param([{"exact": {"Type": "a"}}], "lowercase", id="attribute-name-case"),
     pytest.param([{"exact": {"type": ""}}], "must not be empty", id="empty-value"),
 ])
@@ -331,14 +332,16 @@ def test_retry_on_503_then_success(receivers, brokers):
     send(broker, event)
     sub.wait(3)
     assert broker.wait_idle(5)
-    assert [(d.attempt, d.status, d.ok) for d in broker.deliveries] == [(1, 503, False), (2, 503, False), (3, 202, True)]
+    assert [(d.attempt, d.status, d.ok) for d in broker.deliveries] == [(1, 503, False), (2, 503, False),
+                                                                         (3, 202, True)]
     assert {r["headers"]["ce-id"] for r in sub.requests} == {event["id"]}
 
 
 @pytest.mark.parametrize("status", [404, 408, 409, 429, 500, 502, 504])
 def test_retryable_statuses(receivers, brokers, status):
     sub = receivers((status, {}, b""))
-    broker = brokers([make_trigger("t", sub.url)], delivery={"retry": 1, "backoffDelay": "PT0.1S", "backoffPolicy": "linear"})
+    broker = brokers([make_trigger("t", sub.url)],
+                     delivery={"retry": 1, "backoffDelay": "PT0.1S", "backoffPolicy": "linear"})
     send(broker, new_event("t.retryable"))
     sub.wait(2)
     assert broker.wait_idle(5)
@@ -361,8 +364,9 @@ def test_no_retry_on_other_4xx(receivers, brokers, status):
 def test_2xx_with_a_plain_body_is_a_failed_delivery(receivers, brokers):
     sub = receivers(default=(200, {"Content-Type": "text/plain"}, b"OK"))  # what @cloud_event answers
     dls = receivers()
-    broker = brokers([make_trigger("t", sub.url)], delivery={"retry": 2, "backoffDelay": "PT0.2S", "backoffPolicy": "exponential",
-                                                           "deadLetterSink": {"uri": dls.url}})
+    broker = brokers([make_trigger("t", sub.url)],
+                     delivery={"retry": 2, "backoffDelay": "PT0.2S", "backoffPolicy": "exponential",
+                               "deadLetterSink": {"uri": dls.url}})
     send(broker, new_event("t.ok-body"))
     dead = dls.wait(1)[0]
     assert broker.wait_idle(5)
@@ -410,8 +414,9 @@ def test_network_error_is_retried_then_dead_lettered(receivers, brokers):
     gone = receivers()
     gone.close()  # nothing listens there any more
     dls = receivers()
-    broker = brokers([make_trigger("t", gone.url)], delivery={"retry": 1, "backoffDelay": "PT0.1S", "backoffPolicy": "linear",
-                                                            "deadLetterSink": {"uri": dls.url}})
+    broker = brokers([make_trigger("t", gone.url)],
+                     delivery={"retry": 1, "backoffDelay": "PT0.1S", "backoffPolicy": "linear",
+                               "deadLetterSink": {"uri": dls.url}})
     send(broker, new_event("t.gone"))
     dead = dls.wait(1)[0]
     assert broker.wait_idle(5)
@@ -424,8 +429,9 @@ def test_network_error_is_retried_then_dead_lettered(receivers, brokers):
 def test_timeout_counts_as_a_failed_attempt(receivers, brokers):
     dls = receivers()
     slow = receivers(default=lambda request: (slow.release.wait(10), (202, {}, b""))[1])
-    broker = brokers([make_trigger("t", slow.url)], delivery={"retry": 1, "timeout": "PT0.2S", "backoffDelay": "PT0.1S",
-                                                            "backoffPolicy": "linear", "deadLetterSink": {"uri": dls.url}})
+    broker = brokers([make_trigger("t", slow.url)],
+                     delivery={"retry": 1, "timeout": "PT0.2S", "backoffDelay": "PT0.1S",
+                               "backoffPolicy": "linear", "deadLetterSink": {"uri": dls.url}})
     send(broker, new_event("t.slow"))
     dls.wait(1)
     slow.release.set()
@@ -450,7 +456,8 @@ def test_reply_is_published_back_and_routed_to_another_trigger(receivers, broker
     assert json.loads(got["body"]) == {"done": True}
     assert int(got["headers"]["ce-knativebrokerttl"]) == 254
     first_delivery = next(d for d in broker.deliveries if d.trigger == "first")
-    assert (first_delivery.event_id, first_delivery.reply_id, first_delivery.reply_type) == (event["id"], "reply-1", "io.vmevents.test.done")
+    assert (first_delivery.event_id, first_delivery.reply_id, first_delivery.reply_type) == \
+        (event["id"], "reply-1", "io.vmevents.test.done")
     assert len(first.requests) == 1
 
 
@@ -473,7 +480,8 @@ def test_deliveries_to_different_triggers_run_concurrently(receivers, brokers):
 
 
 def test_resource_event_matches_the_reference_example():
-    example = json.loads((UPSTREAM_DIR / "examples" / "CONSTRUCTED-apiserversource-resource-update-cloudevent.json").read_text())
+    example_file = UPSTREAM_DIR / "examples" / "CONSTRUCTED-apiserversource-resource-update-cloudevent.json"
+    example = json.loads(example_file.read_text())
     event = make_apiserver_event("MODIFIED", example["data"], example["source"], "Resource")
     for key in ("type", "source", "subject", "datacontenttype", "kind", "apiversion", "name", "namespace"):
         assert event[key] == example[key], key
@@ -481,11 +489,14 @@ def test_resource_event_matches_the_reference_example():
 
 
 @pytest.mark.parametrize("api_version, kind, namespace, subject", [
-    ("kubevirt.io/v1", "VirtualMachineInstance", "default", "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances/x"),
+    ("kubevirt.io/v1", "VirtualMachineInstance", "default",
+     "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances/x"),
     ("v1", "Pod", "ns", "/apis/v1/namespaces/ns/pods/x"),                       # core kinds too get /apis/
     ("kubevirt.io/v1", "KubeVirt", "kubevirt", "/apis/kubevirt.io/v1/namespaces/kubevirt/kubevirts/x"),
-    ("longhorn.io/v1beta2", "Volume", "longhorn-system", "/apis/longhorn.io/v1beta2/namespaces/longhorn-system/volumes/x"),
-    ("migrations.kubevirt.io/v1alpha1", "MigrationPolicy", "", "/apis/migrations.kubevirt.io/v1alpha1/namespaces//migrationpolicies/x"),
+    ("longhorn.io/v1beta2", "Volume", "longhorn-system",
+     "/apis/longhorn.io/v1beta2/namespaces/longhorn-system/volumes/x"),
+    ("migrations.kubevirt.io/v1alpha1", "MigrationPolicy", "",
+     "/apis/migrations.kubevirt.io/v1alpha1/namespaces//migrationpolicies/x"),
     ("v1", "Endpoints", "ns", "/apis/v1/namespaces/ns/endpoints/x"),
     ("kubevirt.io", "Thing", "ns", "/apis/kubevirt.io/versionUnknown/namespaces/ns/things/x"),
 ])
@@ -505,14 +516,16 @@ def test_reference_mode_event():
     event = make_apiserver_event("DELETED", pod, "https://10.43.0.1:443", "Reference")
     assert event["type"] == "dev.knative.apiserver.ref.delete"
     assert event.data == {"apiVersion": "v1", "kind": "Pod", "name": "virt-launcher-a", "namespace": "ns"}
-    assert (event["kind"], event["name"], event["namespace"], event["apiversion"]) == ("Pod", "virt-launcher-a", "ns", "v1")
+    assert (event["kind"], event["name"], event["namespace"], event["apiversion"]) == \
+        ("Pod", "virt-launcher-a", "ns", "v1")
 
 
 @pytest.mark.parametrize("selector, text", [
     (None, None),
     ({}, None),
     ({"matchLabels": {"kubevirt.io": "virt-launcher"}}, "kubevirt.io=virt-launcher"),
-    ({"matchExpressions": [{"key": "a", "operator": "In", "values": ["x", "y"]}, {"key": "b", "operator": "DoesNotExist"}]},
+    ({"matchExpressions": [{"key": "a", "operator": "In", "values": ["x", "y"]},
+                           {"key": "b", "operator": "DoesNotExist"}]},
      "a in (x,y),!b"),
 ])
 def test_label_selector(selector, text):
@@ -634,7 +647,7 @@ def test_function_server_runs_the_manifest(echo_repo, monkeypatch):
         answer = requests.post(server.url, data=b"{}", timeout=5,
                                headers={"ce-specversion": "1.0", "ce-id": "1", "ce-type": "t.x", "ce-source": "/s"})
         assert answer.status_code == 204
-        line = server.wait_for_log(lambda l: l.startswith("{"), timeout=5)
+        line = server.wait_for_log(lambda text: text.startswith("{"), timeout=5)
     assert json.loads(line) == {"type": "t.x", "greeting": "override", "kubeconfig": "/tmp/echo.kubeconfig",
                                 "service": "echo", "home_leak": None}
     assert line in lines
@@ -650,12 +663,15 @@ def test_local_knative_wires_services_broker_triggers_and_ping(echo_repo, receiv
     after = receivers()
     manifests = [
         knative_service("echo", "fn/main.py", {"GREETING": "hi"}, service_account="echo-sa"),
-        {"apiVersion": "eventing.knative.dev/v1", "kind": "Broker", "metadata": {"name": "default", "namespace": "vmevents"},
+        {"apiVersion": "eventing.knative.dev/v1", "kind": "Broker",
+         "metadata": {"name": "default", "namespace": "vmevents"},
          "spec": {"delivery": {"retry": 2, "backoffPolicy": "exponential", "backoffDelay": "PT0.2S"}}},
-        {"apiVersion": "eventing.knative.dev/v1", "kind": "Trigger", "metadata": {"name": "echo", "namespace": "vmevents"},
+        {"apiVersion": "eventing.knative.dev/v1", "kind": "Trigger",
+         "metadata": {"name": "echo", "namespace": "vmevents"},
          "spec": {"broker": "default", "filters": [{"exact": {"type": PING}}],
                   "subscriber": {"ref": {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "name": "echo"}}}},
-        {"apiVersion": "eventing.knative.dev/v1", "kind": "Trigger", "metadata": {"name": "after", "namespace": "vmevents"},
+        {"apiVersion": "eventing.knative.dev/v1", "kind": "Trigger",
+         "metadata": {"name": "after", "namespace": "vmevents"},
          "spec": {"broker": "default", "filters": [{"prefix": {"type": "io.vmevents.echo."}}],
                   "subscriber": {"uri": after.url}}},
         {**ping_manifest(contentType="application/json", data="{}"),
@@ -671,11 +687,12 @@ def test_local_knative_wires_services_broker_triggers_and_ping(echo_repo, receiv
         knative.ping.tick()
         got = after.wait(1)[0]
         assert knative.wait_idle(5)
-        line = knative.functions["echo"].wait_for_log(lambda l: l.startswith("{"), timeout=5)
+        line = knative.functions["echo"].wait_for_log(lambda text: text.startswith("{"), timeout=5)
     assert got["headers"]["ce-type"] == "io.vmevents.echo.pinged"
     assert json.loads(line)["greeting"] == "override"
     assert json.loads(line)["kubeconfig"] == "/tmp/vmevents-echo-sa"
-    assert [(d.trigger, d.type) for d in knative.broker.deliveries] == [("echo", PING), ("after", "io.vmevents.echo.pinged")]
+    assert [(d.trigger, d.type) for d in knative.broker.deliveries] == [("echo", PING),
+                                                                        ("after", "io.vmevents.echo.pinged")]
 
 
 def test_local_knative_refuses_overrides_for_unknown_services():
@@ -689,7 +706,8 @@ def test_local_knative_refuses_overrides_for_unknown_services():
 
 
 def source_manifest(name: str) -> dict:
-    return next(m for m in load_manifests(DEPLOY_DIR) if m["kind"] == "ApiServerSource" and m["metadata"]["name"] == name)
+    return next(m for m in load_manifests(DEPLOY_DIR)
+                if m["kind"] == "ApiServerSource" and m["metadata"]["name"] == name)
 
 
 def launcher_pod(name: str, namespace: str = "default", labels: dict | None = None) -> dict:
@@ -718,7 +736,8 @@ def test_apiserversource_turns_watch_events_into_knative_cloudevents(cluster, re
     try:
         assert vmis.errors == [] and pods.errors == []
         cluster.create(make_vmi("new", namespace="vmevents", phase="Running", finished=None))
-        cluster.patch("kubevirt.io/v1", "VirtualMachineInstance", "vmevents", "new", {"metadata": {"labels": {"a": "b"}}})
+        cluster.patch("kubevirt.io/v1", "VirtualMachineInstance", "vmevents", "new",
+                      {"metadata": {"labels": {"a": "b"}}})
         cluster.delete("kubevirt.io/v1", "VirtualMachineInstance", "vmevents", "new")
         cluster.create(launcher_pod("virt-launcher-new-xyz12"))
         cluster.create(launcher_pod("not-a-launcher", labels={"app": "web"}))
@@ -730,15 +749,17 @@ def test_apiserversource_turns_watch_events_into_knative_cloudevents(cluster, re
         pods.stop()
 
     got = sink.wait(5)
-    assert [(r["headers"]["ce-type"], r["headers"]["ce-name"]) for r in got if r["headers"]["ce-kind"] == "VirtualMachineInstance"] == [
-        (ADD, "new"), (UPDATE, "new"), (DELETE, "new")]
-    assert [(r["headers"]["ce-type"], r["headers"]["ce-name"]) for r in got if r["headers"]["ce-kind"] == "Pod"] == [
-        (ADD, "virt-launcher-new-xyz12"), (UPDATE, "virt-launcher-new-xyz12")]
-    update = next(r for r in got if r["headers"]["ce-type"] == UPDATE and r["headers"]["ce-kind"] == "VirtualMachineInstance")
+    def seen(kind):
+        return [(r["headers"]["ce-type"], r["headers"]["ce-name"]) for r in got if r["headers"]["ce-kind"] == kind]
+    assert seen("VirtualMachineInstance") == [(ADD, "new"), (UPDATE, "new"), (DELETE, "new")]
+    assert seen("Pod") == [(ADD, "virt-launcher-new-xyz12"), (UPDATE, "virt-launcher-new-xyz12")]
+    update = next(r for r in got
+                  if r["headers"]["ce-type"] == UPDATE and r["headers"]["ce-kind"] == "VirtualMachineInstance")
     h = update["headers"]
     assert h["ce-source"] == cluster.url
     assert h["ce-subject"] == "/apis/kubevirt.io/v1/namespaces/vmevents/virtualmachineinstances/new"
-    assert (h["ce-namespace"], h["ce-apiversion"], h["content-type"]) == ("vmevents", "kubevirt.io/v1", "application/json")
+    assert (h["ce-namespace"], h["ce-apiversion"], h["content-type"]) == \
+        ("vmevents", "kubevirt.io/v1", "application/json")
     body = json.loads(update["body"])
     assert body["metadata"]["labels"] == {"a": "b"} and body["kind"] == "VirtualMachineInstance"
     pod = next(r for r in got if r["headers"]["ce-kind"] == "Pod")

@@ -16,7 +16,7 @@ def test_racing_recorders_lose_no_count():
         recorders = [Recorder(Kube(cluster.api_client(service_account="vmevents/vmi-cleanup")), "vmi-cleanup")
                      for _ in range(4)]
         with ThreadPoolExecutor(4) as pool:
-            for _ in pool.map(lambda r: [r.record(VM, "Warning", "Test", "the same thing", NOW) for _ in range(5)],
+            for _ in pool.map(lambda r: [r.record(VM, "Warning", "Test", "the same thing", NOW) for _i in range(5)],
                               recorders):
                 pass
         [event] = cluster.list("v1", "Event", "default")

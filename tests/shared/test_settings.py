@@ -3,7 +3,7 @@ from datetime import timedelta
 
 import pytest
 
-from functions.vmi_cleanup.cleanup import Settings
+from functions.vmi_cleanup.settings import Settings, load
 from shared.settings import SettingsError, format_duration, parse_duration
 
 
@@ -20,12 +20,12 @@ def test_format_duration_round_trips(seconds, text):
 
 
 def test_defaults():
-    s = Settings.from_env({})
+    s = load({})
     assert s == Settings(cleanup_after=timedelta(minutes=10), cleanup_failed=False, dry_run=False)
 
 
 def test_all_variables():
-    s = Settings.from_env({"CLEANUP_AFTER": "90s", "CLEANUP_FAILED": "true", "CLEANUP_DRY_RUN": "TRUE",
+    s = load({"CLEANUP_AFTER": "90s", "CLEANUP_FAILED": "true", "CLEANUP_DRY_RUN": "TRUE",
                            "CLEANUP_NAMESPACES": "default, vms", "CLEANUP_EXCLUDE_NAMESPACES": "kube-system"})
     assert s.cleanup_after == timedelta(seconds=90) and s.cleanup_failed and s.dry_run
     assert s.namespaces == {"default", "vms"} and s.exclude_namespaces == {"kube-system"}
@@ -39,7 +39,7 @@ def test_all_variables():
 ])
 def test_bad_values_name_the_variable(env, message):
     with pytest.raises(SettingsError) as caught:
-        Settings.from_env(env)
+        load(env)
     assert message in str(caught.value)
 
 

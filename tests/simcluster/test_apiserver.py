@@ -145,7 +145,8 @@ def test_generate_name_and_already_exists(core):
 
 def test_update_with_a_stale_resource_version_conflicts(cluster, custom):
     vm = custom.create_namespaced_custom_object(*KV, "default", "virtualmachines", make_vm("vm1"))
-    custom.patch_namespaced_custom_object(*KV, "default", "virtualmachines", "vm1", {"metadata": {"labels": {"a": "b"}}})
+    custom.patch_namespaced_custom_object(*KV, "default", "virtualmachines", "vm1",
+                                          {"metadata": {"labels": {"a": "b"}}})
     with pytest.raises(ApiException) as stale:
         custom.replace_namespaced_custom_object(*KV, "default", "virtualmachines", "vm1", vm)
     assert stale.value.status == 409
@@ -193,8 +194,8 @@ def test_label_selectors(cluster, core, selector, expected):
 def test_field_selectors_and_unsupported_fields(cluster, core):
     cluster.create(make_pod("done", phase="Succeeded"))
     cluster.create(make_pod("busy", phase="Running"))
-    assert [p.metadata.name for p in core.list_namespaced_pod("default", field_selector="status.phase=Succeeded").items] \
-        == ["done"]
+    succeeded = core.list_namespaced_pod("default", field_selector="status.phase=Succeeded").items
+    assert [p.metadata.name for p in succeeded] == ["done"]
     assert [p.metadata.name for p in core.list_pod_for_all_namespaces(field_selector="metadata.name!=done").items] \
         == ["busy"]
     with pytest.raises(ApiException) as bad:
@@ -296,8 +297,9 @@ def test_delete_precondition_mismatch_conflicts_and_leaves_the_object(cluster, c
 
 def test_delete_with_matching_preconditions_and_absent_objects(cluster, custom):
     vmi = cluster.create(make_vmi("vm1"))
-    custom.delete_namespaced_custom_object(*KV, "default", "virtualmachineinstances", "vm1", body=client.V1DeleteOptions(
-        preconditions={"uid": vmi["metadata"]["uid"], "resourceVersion": vmi["metadata"]["resourceVersion"]}))
+    preconditions = {"uid": vmi["metadata"]["uid"], "resourceVersion": vmi["metadata"]["resourceVersion"]}
+    custom.delete_namespaced_custom_object(*KV, "default", "virtualmachineinstances", "vm1",
+                                           body=client.V1DeleteOptions(preconditions=preconditions))
     assert cluster.get("kubevirt.io/v1", "VirtualMachineInstance", "default", "vm1") is None
     with pytest.raises(ApiException) as absent:
         custom.delete_namespaced_custom_object(*KV, "default", "virtualmachineinstances", "vm1")
@@ -310,8 +312,9 @@ def test_finalizers_hold_deletion_until_emptied(cluster, custom):
     assert held["metadata"]["deletionTimestamp"] and held["metadata"]["deletionGracePeriodSeconds"] == 0
     assert cluster.get("kubevirt.io/v1", "VirtualMachineInstance", "default", "vm1") is not None
     with pytest.raises(ApiException) as added:
+        finalizers = ["a", "kubevirt.io/virtualMachineControllerFinalize"]
         custom.patch_namespaced_custom_object(*KV, "default", "virtualmachineinstances", "vm1",
-                                              {"metadata": {"finalizers": ["a", "kubevirt.io/virtualMachineControllerFinalize"]}})
+                                              {"metadata": {"finalizers": finalizers}})
     assert added.value.status == 422
     custom.patch_namespaced_custom_object(*KV, "default", "virtualmachineinstances", "vm1",
                                           {"metadata": {"finalizers": None}})
@@ -414,8 +417,9 @@ def test_events_keep_count_and_timestamps_as_given(core):
                                                    {"spec": {"runStrategy": "Halted"}}), True),
     (lambda c, k: c.delete_namespaced_custom_object(*KV, "default", "virtualmachineinstances", "vm1"), True),
     (lambda c, k: c.list_cluster_custom_object(*KV, "kubevirts"), True),
-    (lambda c, k: k.create_namespaced_event("default", {"metadata": {"name": "e1"}, "reason": "Cleaned",
-                                                        "involvedObject": {"kind": "VirtualMachine", "name": "vm1"}}), True),
+    (lambda c, k: k.create_namespaced_event("default", {
+        "metadata": {"name": "e1"}, "reason": "Cleaned",
+        "involvedObject": {"kind": "VirtualMachine", "name": "vm1"}}), True),
     (lambda c, k: c.delete_namespaced_custom_object(*KV, "default", "virtualmachines", "vm1"), False),
     (lambda c, k: c.patch_namespaced_custom_object(*KV, "default", "virtualmachineinstances", "vm1",
                                                    {"metadata": {"labels": {"a": "b"}}}), False),

@@ -1,4 +1,4 @@
-"""The simulated KubeVirt's IO-error pauses (FACTS.md §5): the guest flaps Running↔Paused with
+"""The simulated KubeVirt's IO-error pauses (docs/facts.md §5): the guest flaps Running↔Paused with
 KubeVirt's resume backoff, one counted `IOerror` Event per pause, until the storage recovers; a
 stuck guest stays paused. Run at io_time_scale 0.01 so a 10 s backoff takes 0.1 s."""
 from __future__ import annotations
@@ -98,7 +98,8 @@ def test_a_stuck_guest_stays_paused_and_a_restart_clears_it(sim):
     uid = cluster.get("kubevirt.io/v1", "VirtualMachineInstance", "default", "stuck1")["metadata"]["uid"]
     cluster.delete("kubevirt.io/v1", "VirtualMachineInstance", "default", "stuck1")  # runStrategy Always: a new one
     vmi = eventually(lambda: (v := cluster.get("kubevirt.io/v1", "VirtualMachineInstance", "default", "stuck1"))
-                     and v["metadata"]["uid"] != uid and (v.get("status") or {}).get("phase") == "Running" and v, what="restarted")
+                     and v["metadata"]["uid"] != uid and (v.get("status") or {}).get("phase") == "Running" and v,
+                     what="restarted")
     assert not paused(cluster, "stuck1") and kubevirt.io_pauses("default", "stuck1") == 0 and vmi
 
 

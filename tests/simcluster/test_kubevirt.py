@@ -1,6 +1,6 @@
 """The simulated KubeVirt behaves like the real one where vmi-cleanup's safety depends on it.
 
-First the pure decisions (FACTS.md §2 table, row by row, per KubeVirt version), then the same rows
+First the pure decisions (docs/facts.md §2 table, row by row, per KubeVirt version), then the same rows
 end to end: a VM on the simulated API server, its guest powered off, the leftover VMI deleted.
 """
 from __future__ import annotations
@@ -68,7 +68,8 @@ def make_vm(name="vm1", *, strategy="RerunOnFailure", running=None, requests=Non
 
 def make_vmi(phase="Running", *, uid="vmi-uid-1", deleting=False, conditions=None, finalizers=None):
     meta = {"name": "vm1", "namespace": "default", "uid": uid,
-            "finalizers": [VM_CONTROLLER_FINALIZER, "foregroundDeleteVirtualMachine"] if finalizers is None else finalizers}
+            "finalizers": ([VM_CONTROLLER_FINALIZER, "foregroundDeleteVirtualMachine"] if finalizers is None
+                           else finalizers)}
     if deleting:
         meta["deletionTimestamp"] = "2026-11-30T11:00:00Z"
     return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "metadata": meta,
@@ -96,7 +97,8 @@ TABLE = [
     pytest.param("RerunOnFailure", NEW, "Succeeded", "RerunOnFailure", [STOP], id="rerun-new-succeeded-deleted"),
     pytest.param("RerunOnFailure", NEW, None, "RerunOnFailure", [], id="rerun-new-no-vmi-stays-stopped"),
     pytest.param("RerunOnFailure", "1.2.0", None, "RerunOnFailure", [], id="rerun-1.2.0-no-vmi-stays-stopped"),
-    pytest.param("RerunOnFailure", NEW, "Failed", "RerunOnFailure", [STOP, ADD_START_REQUEST], id="rerun-new-failed-rerun"),
+    pytest.param("RerunOnFailure", NEW, "Failed", "RerunOnFailure", [STOP, ADD_START_REQUEST],
+                 id="rerun-new-failed-rerun"),
     pytest.param("RerunOnFailure", NEW, None, None, [START], id="rerun-new-first-start"),
     pytest.param("RerunOnFailure", NEW, None, "Halted", [START], id="rerun-new-switched-from-halted-starts"),
     # Manual: a final VMI is left; with none, nothing happens without a start request.

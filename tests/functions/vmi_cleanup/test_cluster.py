@@ -8,8 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from functions.vmi_cleanup.cleanup import FUNCTION, Settings, converge, rescan
-from shared.kube import Kube
+from functions.vmi_cleanup.handler import converge, halt_patch, rescan
+from functions.vmi_cleanup.settings import FUNCTION, Settings
+from shared.kube import VM, Conflict, Kube
 from shared.recorder import Recorder
 from shared.runtime import KubeContext
 from simcluster.apiserver import SimCluster
@@ -82,8 +83,6 @@ def test_a_vm_whose_run_strategy_changed_since_the_read_is_not_halted(cluster):
     ctx = context(cluster)
     stale_vm = copy.deepcopy(vm)
     cluster.patch("kubevirt.io/v1", "VirtualMachine", "default", "race3", {"spec": {"runStrategy": "Always"}})
-    from functions.vmi_cleanup.cleanup import halt_patch
-    from shared.kube import VM, Conflict
     with pytest.raises(Conflict):
         ctx.kube.json_patch(VM, "default", "race3", halt_patch(stale_vm, "Once"))
     assert cluster.get("kubevirt.io/v1", "VirtualMachine", "default", "race3")["spec"]["runStrategy"] == "Always"

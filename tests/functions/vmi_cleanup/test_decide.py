@@ -3,18 +3,23 @@ from datetime import timedelta
 
 import pytest
 
-from functions.vmi_cleanup.cleanup import Action, Settings, decide, halt_patch
+from functions.vmi_cleanup.decide import Action, Facts, decide
+from functions.vmi_cleanup.handler import halt_patch
+from functions.vmi_cleanup.settings import Settings
 from simcluster.builders.kubevirt import FINISHED, make_vm, make_vmi
 
 DUE = FINISHED + timedelta(minutes=10)          # the default CLEANUP_AFTER has passed
 OLD, NEW = (1, 1, 1), (1, 3, 1)
 
 
-def case(vm_kwargs=None, vmi_kwargs=None, *, standalone=False, settings=Settings(), now=DUE,
+DEFAULTS = Settings()
+
+
+def case(vm_kwargs=None, vmi_kwargs=None, *, standalone=False, settings=DEFAULTS, now=DUE,
          version=OLD, migrating=False):
     vm = None if standalone else make_vm(**(vm_kwargs or {}))
     vmi = make_vmi(owner=vm, **(vmi_kwargs or {}))
-    return decide(vmi, vm, settings, now, kubevirt_version=version, migrating=migrating)
+    return decide(Facts(vmi, vm, kubevirt_version=version, migrating=migrating), settings, now)
 
 
 ROWS = [
@@ -68,24 +73,24 @@ ROWS = [
 
 @pytest.mark.parametrize("vm_kwargs,vmi_kwargs,extra,expected", [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
 def test_decision_table(vm_kwargs, vmi_kwargs, extra, expected):
-    decision = case(vm_kwargs, vmi_kwargs, **extra)
-    assert decision.action is expected, decision.reason
+    verdict = case(vm_kwargs, vmi_kwargs, **extra)
+    assert verdict.action is expected, verdict.reason
 
 
 def test_typo_in_opt_out_warns_and_says_why():
-    decision = case({"annotations": {"vmevents.io/skip-cleanup": "yes"}})
-    assert decision.warning and "'yes'" in decision.warning and "not understood" in decision.warning
+    verdict = case({"annotations": {"vmevents.io/skip-cleanup": "yes"}})
+    assert verdict.warning and "'yes'" in verdict.warning and "not understood" in verdict.warning
 
 
 def test_vm_gone_deletes_the_orphan_vmi():
     vm = make_vm()
-    assert decide(make_vmi(owner=vm), None, Settings(), DUE).action is Action.DELETE_VMI
+    assert decide(Facts(make_vmi(owner=vm), None), Settings(), DUE).action is Action.DELETE_VMI
 
 
 def test_vmi_of_an_earlier_vm_with_the_same_name_is_left_alone():
     earlier, now_vm = make_vm(), make_vm()
-    decision = decide(make_vmi(owner=earlier), now_vm, Settings(), DUE)
-    assert decision.action is Action.SKIP and "earlier VirtualMachine" in decision.reason
+    verdict = decide(Facts(make_vmi(owner=earlier), now_vm), Settings(), DUE)
+    assert verdict.action is Action.SKIP and "earlier VirtualMachine" in verdict.reason
 
 
 def test_halt_patch_tests_the_strategy_and_version_and_keeps_the_previous_one():

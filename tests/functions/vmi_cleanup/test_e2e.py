@@ -54,8 +54,8 @@ class World(e2e.World):
         return self.cluster.get("kubevirt.io/v1", "VirtualMachine", namespace, name)
 
     def wait_phase(self, namespace, name, phase):
-        return eventually(lambda: (v := self.vmi(name, namespace)) and (v.get("status") or {}).get("phase") == phase and v,
-                          what=f"VMI {name} in phase {phase}")
+        return eventually(lambda: (v := self.vmi(name, namespace)) and (v.get("status") or {}).get("phase") == phase
+                          and v, what=f"VMI {name} in phase {phase}")
 
     def power_off(self, name, namespace="default"):
         """The guest runs `poweroff`; returns the VMI's uid at that moment."""
@@ -203,7 +203,8 @@ def test_a_forged_succeeded_event_for_a_running_vmi_changes_nothing(world):
     world.settle()
     assert len(world.function_requests()) > before, "the function did look at the VMI"
     assert world.vmi(name)["status"]["phase"] == "Running"
-    assert not world.function_requests("delete")[before:] or all(r.name != name for r in world.function_requests("delete"))
+    deletes = world.function_requests("delete")
+    assert not deletes[before:] or all(r.name != name for r in deletes)
 
 
 def test_duplicate_and_out_of_order_events_converge(world):

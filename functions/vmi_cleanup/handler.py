@@ -1,0 +1,208 @@
+"""vmi-cleanup's I/O: remove the VMI a guest left in phase Succeeded when it powered itself off.
+
+Reads top to bottom: the two entry points (an event, a re-scan tick), then converge: fetch (fresh
+VMI and VM) → decide (functions/vmi_cleanup/decide.py, pure) → act (with preconditions) → report
+(Event and reply); the helpers of each step follow in that order.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from functions.vmi_cleanup import wording
+from functions.vmi_cleanup.decide import ACTING, Action, Facts, Verdict, decide
+from functions.vmi_cleanup.settings import FUNCTION, Settings
+from shared import kubevirt as kv
+from shared.errors import TemporaryError
+from shared.intake import Incoming, about, may_concern
+from shared.kube import KUBEVIRT, VM, VMI, VMIM, Conflict, JsonPatch
+from shared.replies import Reply, reply_type
+from shared.runtime import KubeContext, Outcome
+
+PREVIOUS_ANNOTATION = "vmevents.io/previous-run-strategy"
+MAX_ATTEMPTS = 3
+
+
+# -- the flow ------------------------------------------------------------------------------------
+def on_event(event: Incoming, ctx: KubeContext[Settings]) -> Outcome:
+    """One event: parse which VMI it points at (no API call), read that VMI fresh, converge."""
+    if event.family == "ping":
+        return rescan(ctx)
+    found = target(event, ctx.settings)
+    if found is None:
+        return Outcome("irrelevant", subject=event.subject)
+    vmi = _read_vmi(ctx, found)
+    if vmi is None:
+        return Outcome("gone", subject=event.subject, reason="the VMI no longer exists")
+    return converge(vmi, ctx)
+
+
+def rescan(ctx: KubeContext[Settings]) -> Outcome:
+    """Look at every VMI, page by page: catches missed events and makes 'after a delay' work."""
+    cleaned: list[dict[str, Any]] = []
+    failures: list[TemporaryError] = []
+    scanned = 0
+    namespaces: list[str | None] = [*sorted(ctx.settings.namespaces)] or [None]  # None: every namespace
+    for namespace in namespaces:
+        for vmi in ctx.kube.list(VMI, namespace):
+            scanned += 1
+            if kv.phase(vmi) not in ctx.settings.phases or not ctx.settings.in_scope(kv.meta(vmi).get("namespace", "")):
+                continue
+            try:
+                outcome = converge(vmi, ctx)
+            except TemporaryError as exc:
+                failures.append(exc)
+                continue
+            if outcome.reply is not None:
+                cleaned.append(outcome.reply.data)
+    if failures:
+        raise TemporaryError(f"re-scan could not finish {len(failures)} VMI(s): {failures[0].message}")
+    reason = wording.scanned_reason(scanned, len(cleaned))
+    if not cleaned:
+        return Outcome("rescan", reason=reason)
+    reply = Reply(reply_type(FUNCTION, "scanned"), "/vmevents/vmi-cleanup/rescan",
+                  {"scanned": scanned, "cleaned": cleaned},
+                  key="|".join(sorted(f"{c['vmi']}/{c['action']}" for c in cleaned)))
+    return Outcome("rescan", effect=f"acted-on-{len(cleaned)}", reason=reason, reply=reply)
+
+
+def converge(vmi: dict[str, Any], ctx: KubeContext[Settings]) -> Outcome:
+    """Decide on fresh objects and act; on a conflict, read again and decide again."""
+    for _ in range(MAX_ATTEMPTS):
+        vm = _read_vm(ctx, vmi)
+        verdict = _decide_with_facts(vmi, vm, ctx)
+        try:
+            return _act(verdict, vmi, vm, ctx)
+        except Conflict:
+            meta = kv.meta(vmi)
+            fresh = ctx.kube.get(VMI, meta["namespace"], meta["name"])
+            if fresh is None:
+                return Outcome("gone", subject=kv.api_path(vmi), reason="the VMI no longer exists")
+            vmi = fresh
+    raise TemporaryError(f"VMI {kv.meta(vmi)['namespace']}/{kv.meta(vmi)['name']} kept changing while "
+                         f"being cleaned up; retry later")
+
+
+# -- parse: which VMI is this event about? (no API calls) ------------------------------------------
+@dataclass(frozen=True)
+class Target:
+    namespace: str
+    name: str | None = None      # the VMI's name, when the event says it
+    uid: str | None = None       # else its uid (a launcher pod's kubevirt.io/created-by label)
+
+
+def target(event: Incoming, settings: Settings) -> Target | None:
+    """The VMI worth a fresh look, or None when the event cannot concern a cleanup."""
+    # A launcher pod only in Resource mode: reading pods would need a permission nothing else needs.
+    found = about(event, ("VirtualMachineInstance", "Pod"), FUNCTION, ref_kinds=("VirtualMachineInstance",))
+    ref, obj, namespace = found.ref, found.obj, found.namespace
+    if found.deleted or not settings.in_scope(namespace):
+        return None
+    if obj is None:  # Reference mode: the VMI is read in any case
+        return Target(namespace, ref.name)
+    if ref.kind == "VirtualMachineInstance":
+        return Target(namespace, ref.name) if kv.phase(obj) in settings.phases else None
+    return _launcher_target(obj, namespace, settings)
+
+
+def _launcher_target(pod: dict[str, Any], namespace: str, settings: Settings) -> Target | None:
+    labels = kv.meta(pod).get("labels") or {}
+    if labels.get("kubevirt.io") != "virt-launcher" or (pod.get("status") or {}).get("phase") not in settings.phases:
+        return None
+    owner = kv.controller_owner(pod, "VirtualMachineInstance")
+    if owner:
+        return Target(namespace, owner["name"])
+    uid = labels.get("kubevirt.io/created-by")
+    return Target(namespace, uid=uid) if uid else None
+
+
+def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) -> bool:
+    """The cheap pre-check on raw bytes: a Resource-mode VMI or launcher-pod event whose JSON names
+    no final phase anywhere cannot concern a cleanup, so it is not decoded at all. It can only err
+    towards decoding (a final phase mentioned elsewhere in the object); a missed event would still
+    be caught by the next re-scan."""
+    return may_concern(headers, body, ("VirtualMachineInstance", "Pod"), settings.phase_tokens)
+
+
+# -- fetch ----------------------------------------------------------------------------------------
+def _read_vmi(ctx: KubeContext[Settings], found: Target) -> dict[str, Any] | None:
+    if found.name:
+        return ctx.kube.get(VMI, found.namespace, found.name)
+    return next((vmi for vmi in ctx.kube.list(VMI, found.namespace) if kv.meta(vmi).get("uid") == found.uid), None)
+
+
+def _read_vm(ctx: KubeContext[Settings], vmi: dict[str, Any]) -> dict[str, Any] | None:
+    owner = kv.controller_owner(vmi, "VirtualMachine")
+    return ctx.kube.get(VM, kv.meta(vmi)["namespace"], owner["name"]) if owner else None
+
+
+def _decide_with_facts(vmi: dict[str, Any], vm: dict[str, Any] | None, ctx: KubeContext[Settings]) -> Verdict:
+    """Decide; read the KubeVirt version and in-flight migrations only when an action is possible."""
+    now = ctx.clock()
+    facts = Facts(vmi, vm)
+    first = decide(facts, ctx.settings, now)
+    if first.action in (Action.SKIP, Action.WAIT):
+        return first
+    facts = replace(facts, kubevirt_version=_kubevirt_version(ctx), migrating=_migrating(ctx, vmi))
+    return decide(facts, ctx.settings, now)
+
+
+def _kubevirt_version(ctx: KubeContext[Settings]) -> tuple[int, int, int] | None:
+    for cr in ctx.kube.list(KUBEVIRT):
+        version = kv.parse_version((cr.get("status") or {}).get("observedKubeVirtVersion"))
+        if version:
+            return version
+    return None
+
+
+def _migrating(ctx: KubeContext[Settings], vmi: dict[str, Any]) -> bool:
+    meta = kv.meta(vmi)
+    selector = f"kubevirt.io/vmi-name={meta['name']}"
+    return any((m.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+               for m in ctx.kube.list(VMIM, meta["namespace"], label_selector=selector))
+
+
+# -- act ------------------------------------------------------------------------------------------
+def _act(verdict: Verdict, vmi: dict[str, Any], vm: dict[str, Any] | None, ctx: KubeContext[Settings]) -> Outcome:
+    subject = kv.api_path(vmi)
+    if verdict.warning:
+        ctx.recorder.record(vm or vmi, "Warning", wording.ANNOTATION_INVALID, verdict.warning, ctx.clock())
+    if verdict.action not in ACTING:
+        return Outcome(verdict.action.value, subject=subject, reason=verdict.reason)
+    if ctx.settings.dry_run:
+        return _report(verdict, vmi, vm, ctx, f"would-{verdict.action.value}")
+    meta = kv.meta(vmi)
+    if verdict.action is Action.DELETE_VMI:
+        gone = not ctx.kube.delete(VMI, meta["namespace"], meta["name"], uid=meta["uid"],
+                                   resource_version=meta["resourceVersion"])
+        if gone:
+            return Outcome("gone", subject=subject, reason="the VMI was already deleted")
+        return _report(verdict, vmi, vm, ctx, "deleted-vmi")
+    # decide() halts only a VM it read, and says which run strategy it saw.
+    assert vm is not None and verdict.run_strategy is not None, verdict
+    ctx.kube.json_patch(VM, meta["namespace"], kv.meta(vm)["name"], halt_patch(vm, verdict.run_strategy))
+    return _report(verdict, vmi, vm, ctx, "halted-vm")
+
+
+def halt_patch(vm: dict[str, Any], strategy: str) -> JsonPatch:
+    """runStrategy → Halted, only if it is still `strategy` on this very version of the VM."""
+    ops: JsonPatch = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": kv.meta(vm)["resourceVersion"]},
+        {"op": "test", "path": "/spec/runStrategy", "value": strategy},
+        {"op": "replace", "path": "/spec/runStrategy", "value": "Halted"}]
+    if kv.meta(vm).get("annotations") is None:
+        ops.append({"op": "add", "path": "/metadata/annotations", "value": {}})
+    ops.append({"op": "add", "path": "/metadata/annotations/" + PREVIOUS_ANNOTATION.replace("/", "~1"),
+                "value": strategy})
+    return ops
+
+
+# -- report ---------------------------------------------------------------------------------------
+def _report(verdict: Verdict, vmi: dict[str, Any], vm: dict[str, Any] | None, ctx: KubeContext[Settings],
+            effect: str) -> Outcome:
+    reason = wording.DRY_RUN if wording.is_dry_run(effect) else wording.CLEANED_UP
+    ctx.recorder.record(vm or vmi, "Normal", reason, wording.event_message(effect, vmi, verdict), ctx.clock())
+    data = wording.cleaned_data(effect, vmi, vm, verdict)
+    reply = Reply(reply_type(FUNCTION, "cleaned"), kv.api_path(vmi), data, key=f"{kv.meta(vmi)['uid']}/{effect}")
+    return Outcome(verdict.action.value, effect=effect, subject=kv.api_path(vmi), reason=verdict.reason, reply=reply)

@@ -1,0 +1,40 @@
+"""What people read about a cleanup: the Kubernetes Events' reasons and messages, and the reply's data."""
+from __future__ import annotations
+
+from typing import Any
+
+from functions.vmi_cleanup.decide import Action, Verdict
+from shared import kubevirt as kv
+
+CLEANED_UP = "VMICleanedUp"
+DRY_RUN = "VMICleanupDryRun"
+ANNOTATION_INVALID = "VMICleanupAnnotationInvalid"
+
+
+def is_dry_run(effect: str) -> bool:
+    """A dry run's effects are spelt `would-<action>`."""
+    return effect.startswith("would-")
+
+
+def event_message(effect: str, vmi: dict[str, Any], verdict: Verdict) -> str:
+    """One sentence per effect; stable for the same effect on the same VMI so Events deduplicate."""
+    name = f"{kv.meta(vmi)['namespace']}/{kv.meta(vmi)['name']}"
+    if verdict.action is Action.DELETE_VMI:
+        done = f"deleted VMI {name}"
+    else:
+        done = f"halted the VM (runStrategy {verdict.run_strategy} → Halted) so KubeVirt removes VMI {name}"
+    said = f"Dry run: would have {done}" if is_dry_run(effect) else done[0].upper() + done[1:]
+    return f"{said}, left in phase {kv.phase(vmi)}: {verdict.reason}."
+
+
+def cleaned_data(effect: str, vmi: dict[str, Any], vm: dict[str, Any] | None, verdict: Verdict) -> dict[str, Any]:
+    """The data of an `io.vmevents.vmi-cleanup.cleaned` reply (alert-forwarder reads these keys)."""
+    meta = kv.meta(vmi)
+    return {"vmi": f"{meta['namespace']}/{meta['name']}",
+            "vm": f"{meta['namespace']}/{kv.meta(vm)['name']}" if vm else None,
+            "action": effect, "reason": verdict.reason,
+            "previousRunStrategy": verdict.run_strategy, "dryRun": is_dry_run(effect)}
+
+
+def scanned_reason(scanned: int, cleaned: int) -> str:
+    return f"scanned {scanned} VMI(s), acted on {cleaned}"
