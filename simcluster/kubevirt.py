@@ -327,8 +327,9 @@ def _vm_conditions(current: list, vmi: Mapping | None, now: datetime) -> list:
     for cond in wanted:
         prev = old.get(cond["type"])
         same = prev and all(prev.get(k) == cond.get(k) for k in ("status", "reason", "message"))
-        cond = dict(cond, lastProbeTime=None,
-                    lastTransitionTime=prev.get("lastTransitionTime") if same else rfc3339(now))
+        # No lastProbeTime: KubeVirt's Go types write null, which the API server drops (the CRD schema does not
+        # mark it nullable), so a dict that carried it would never equal what is stored.
+        cond = dict(cond, lastTransitionTime=prev.get("lastTransitionTime") if same else rfc3339(now))
         result.append(cond)
     return result + own
 
@@ -484,8 +485,7 @@ def set_condition(conditions: list, cond: Mapping, now: datetime) -> list:
         else:
             out.append(c)
     keep = prev and prev.get("status") == cond.get("status")
-    out.append(dict(cond, lastProbeTime=None,
-                    lastTransitionTime=prev.get("lastTransitionTime") if keep else rfc3339(now)))
+    out.append(dict(cond, lastTransitionTime=prev.get("lastTransitionTime") if keep else rfc3339(now)))
     return out
 
 

@@ -97,7 +97,11 @@ def prune(value: Any, schema: dict, root: bool = False) -> Any:
     always = {"apiVersion", "kind", "metadata"} if root or schema.get("x-kubernetes-embedded-resource") else set()
     for key in list(value):
         if key in properties:
-            if not (root and key == "metadata"):
+            if value[key] is None and not properties[key].get("nullable") and "default" not in properties[key]:
+                # A null for a field not marked nullable is dropped before validation (apiextensions-apiserver
+                # pkg/apiserver/schema/defaulting/prunenulls.go PruneNonNullableNullsWithoutDefaults).
+                del value[key]
+            elif not (root and key == "metadata"):
                 prune(value[key], properties[key])
         elif isinstance(additional, dict):
             prune(value[key], additional)

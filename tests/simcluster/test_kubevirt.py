@@ -208,7 +208,7 @@ def test_vm_status_records_created_ready_and_the_last_run_strategy():
     status = vm_status(make_vm(), vmi, NEW, NOW)
     assert status["created"] is True and status["ready"] is True
     assert status["runStrategy"] == "RerunOnFailure"  # written once a VMI exists (≥1.3)
-    assert status["conditions"][0] == {"type": "Ready", "status": "True", "lastProbeTime": None,
+    assert status["conditions"][0] == {"type": "Ready", "status": "True",
                                        "lastTransitionTime": "2026-11-30T12:00:00Z"}
     assert "runStrategy" not in vm_status(make_vm(), vmi, OLD, NOW)  # no such field before 1.2
 
@@ -525,7 +525,7 @@ def test_a_taken_device_blocks_scheduling_until_its_holder_powers_off(world):
     assert kv._condition(vmi, "PodScheduled") == {
         "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
         "message": f"0/1 nodes are available: 1 Insufficient {VF}.",
-        "lastProbeTime": None, "lastTransitionTime": kv._condition(vmi, "PodScheduled")["lastTransitionTime"]}
+        "lastTransitionTime": kv._condition(vmi, "PodScheduled")["lastTransitionTime"]}
     assert world.vm("vm1")["status"]["printableStatus"] == "ErrorUnschedulable"
     [pod] = world.pods(vmi["metadata"]["uid"])
     assert pod["status"]["phase"] == "Pending" and not pod["spec"].get("nodeName")
