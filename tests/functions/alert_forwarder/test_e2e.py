@@ -40,11 +40,11 @@ def alertmanager_binary() -> str:
 
 
 class World(e2e.World):
-    def __init__(self, binary: str):
+    def __init__(self, binary: str, version: str, backend: str):
         self.notifications = Receiver().start()   # Alertmanager's own webhook receiver
         self.hook = Receiver().start()            # alert-forwarder's WEBHOOK_URL
         self.alertmanager = Alertmanager(binary, self.notifications.url).start()
-        super().__init__("1.3.1", kubevirt={"step_delay": 0.01},
+        super().__init__(version, backend=backend, kubevirt={"step_delay": 0.01},
                          env_overrides={"vmi-cleanup": {"CLEANUP_AFTER": "0s"},
                                         "alert-forwarder": {"ALERTMANAGER_URL": self.alertmanager.url,
                                                             "WEBHOOK_URL": f"{self.hook.url}/hook",
@@ -70,9 +70,9 @@ class World(e2e.World):
         return [json.loads(line) for line in lines if line.startswith("{")]
 
 
-@pytest.fixture(scope="module")
-def world():
-    with World(alertmanager_binary()) as w:
+@pytest.fixture(scope="module", **e2e.backends_only())
+def world(request):
+    with World(alertmanager_binary(), *request.param) as w:
         yield w
 
 

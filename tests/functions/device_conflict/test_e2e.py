@@ -31,8 +31,8 @@ class World(e2e.World):
     function_sa = FUNCTION_SA
     settle = e2e.World.settle_with_kubevirt
 
-    def __init__(self):
-        super().__init__("1.3.1", kubevirt={"nodes": {SEED_NODE: {VF: 1, **RESOURCES}}, "step_delay": 0.01})
+    def __init__(self, version: str, backend: str):
+        super().__init__(version, backend=backend, kubevirt={"nodes": {SEED_NODE: {VF: 1, **RESOURCES}}, "step_delay": 0.01})
 
     # -- helpers ------------------------------------------------------------------------------
     def create(self, manifest, run_strategy=None):
@@ -78,9 +78,9 @@ class World(e2e.World):
         return [r for r in self.replies(what) if r[2]["kind"] == kind and r[2]["device"] == device]
 
 
-@pytest.fixture(scope="module")
-def world():
-    with World() as w:
+@pytest.fixture(scope="module", **e2e.backends_only())
+def world(request):
+    with World(*request.param) as w:
         yield w
 
 
@@ -206,6 +206,7 @@ def test_nothing_is_reported_when_nothing_conflicts(world):
     assert not [r for r in w.replies() if {f"default/{a}", f"default/{b}"} & set(r[2].get("blocked", []))]
 
 
+@pytest.mark.sim_only
 def test_a_missed_event_is_caught_by_the_next_tick(world):
     w, resource = world, next(_resources)
     device = f"{SEED_NODE}-00004{next(_names):04d}"
