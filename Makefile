@@ -2,7 +2,7 @@
 PYTHON ?= python3
 STAMP := .run/installed
 
-.PHONY: install run test lint typecheck check bench clean image lock deploy undeploy e2e
+.PHONY: install run cluster cluster-down test lint typecheck check bench clean image lock deploy undeploy e2e
 
 # Install on a real cluster (README "Install on Harvester"). IMAGE must match deploy/base/kustomization.yaml
 # `images` (tests/deploy/test_deploy.py checks the default); OVERLAY is one of deploy/overlays/.
@@ -17,8 +17,17 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# BACKEND=real plays the stories on a real control plane (controlplane/, needs Go); the default is the simulator.
+BACKEND ?= sim
 run: $(STAMP)
-	$(PYTHON) -m simcluster.play $(STORY)
+	@if [ "$(BACKEND)" = real ]; then $(PYTHON) -m controlplane.play $(STORY); else $(PYTHON) -m simcluster.play $(STORY); fi
+
+# A real control plane for a person: builds it if needed (Go), starts it in the background, prints KUBECONFIG=...
+cluster: $(STAMP)
+	@$(PYTHON) -m controlplane up
+
+cluster-down: $(STAMP)
+	@$(PYTHON) -m controlplane down
 
 test: $(STAMP)
 	$(PYTHON) -m pytest

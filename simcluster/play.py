@@ -19,9 +19,25 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from localknative.runtime import LocalKnative, load_manifests
+from localknative.sources import label_selector
 from simcluster.paths import DEPLOY_DIR
 
 PING_INTERVAL = 2.0
+
+
+class SimulatedBackend:
+    """Where the stories play by default. controlplane.play swaps in a real control plane."""
+
+    describe = "the simulated cluster (a simulator, not Kubernetes)"
+    apiserversource_binary = None
+
+    def cluster(self, kubevirt_version: str):
+        from simcluster.apiserver import SimCluster
+
+        return SimCluster(kubevirt_version=kubevirt_version).start()
+
+
+BACKEND = SimulatedBackend()
 _print_lock = threading.Lock()
 
 
@@ -112,13 +128,13 @@ class Stage:
 @contextmanager
 def stage(title: str, *, kubevirt_version: str = "1.3.1", env_overrides: dict | None = None,
           ping_interval: float | None = PING_INTERVAL, nodes: dict | None = None):
-    """Start the simulated cluster, KubeVirt and every function, broker and source of deploy/."""
-    from simcluster.apiserver import SimCluster
+    """Start the cluster (BACKEND: the simulated one, or a real control plane), KubeVirt and every function,
+    broker and source of deploy/."""
     from simcluster.kubevirt import KubeVirtSim
 
-    print(f"\n=== {title} — on the simulated cluster (a simulator, not Kubernetes) ===", flush=True)
+    print(f"\n=== {title} — on {BACKEND.describe} ===", flush=True)
     timeline = Timeline()
-    cluster = SimCluster(kubevirt_version=kubevirt_version).start()
+    cluster = BACKEND.cluster(kubevirt_version)
     kubevirt = KubeVirtSim(cluster, step_delay=0.05, **({"nodes": nodes} if nodes else {})).start()
     knative = None
     try:
@@ -127,7 +143,10 @@ def stage(title: str, *, kubevirt_version: str = "1.3.1", env_overrides: dict | 
                                api_client_for=lambda sa: cluster.api_client(service_account=sa),
                                api_server_url=cluster.url, env_overrides=env_overrides or {},
                                ping_interval=ping_interval, on_delivery=timeline.on_delivery,
-                               on_log=timeline.on_log).start()
+                               on_log=timeline.on_log, apiserversource_binary=BACKEND.apiserversource_binary,
+                               namespaces_of=lambda selector: [
+                                   n["metadata"]["name"] for n in cluster.list(
+                                       "v1", "Namespace", label_selector=label_selector(selector))]).start()
         yield Stage(cluster, kubevirt, knative, timeline)
     finally:
         if knative:
@@ -199,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no story named {', '.join(unknown)}; there are: {', '.join(stories.ALL)}", file=sys.stderr)
         return 2
     print(f"vmevents, {datetime.now(UTC):%Y-%m-%d %H:%M:%SZ}: the stories of the Harvester issue and "
-          f"knowledge base, played on a simulated cluster.")
+          f"knowledge base, played on {BACKEND.describe}.")
     for name in chosen or stories.ALL:
         stories.load(name).play()
     return 0

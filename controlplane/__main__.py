@@ -1,0 +1,131 @@
+"""`python -m controlplane up|down|status|build`: a real control plane for a person (`make cluster`).
+
+`up` builds what is not cached, starts etcd, kube-apiserver and kube-controller-manager in the background,
+installs the upstream CRDs and deploy/ (as `make deploy` would on a real cluster), prints
+`KUBECONFIG=<path>` and returns. `down` stops them and removes their folder. State lives in
+~/.cache/vmevents/cluster/ (VMEVENTS_CACHE moves it), so `down` works from any shell.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from controlplane import build
+
+
+def _state_dir() -> Path:
+    return build.cache_root().parent / "cluster"
+
+
+def _state_file() -> Path:
+    return _state_dir() / "state.json"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def up(event_ttl: str, kubevirt_version: str) -> int:
+    from controlplane.cluster import RealCluster
+    from controlplane.server import ControlPlane
+
+    state = _read_state()
+    if state and all(_alive(pid) for pid in state["pids"].values()):
+        print(f"already running: KUBECONFIG={state['kubeconfig']}")
+        return 0
+    _stop(state)
+    workdir = _state_dir() / "run"
+    started = time.monotonic()
+    plane = ControlPlane(event_ttl=event_ttl, workdir=workdir)
+    plane.start(say=lambda text: print(text, file=sys.stderr, flush=True))
+    cluster = RealCluster(plane, kubevirt_version).start()
+    cluster.stop()
+    _state_file().write_text(json.dumps(plane.state(), indent=2))
+    plane.processes.clear()  # they keep running after this process exits: `down` stops them
+    print(f"control plane ready in {time.monotonic() - started:.1f}s (kube-apiserver {build.KUBE.version}, "
+          f"etcd {build.ETCD.version}, KubeVirt {kubevirt_version} CRDs, deploy/ applied, --event-ttl={event_ttl})",
+          file=sys.stderr)
+    print(f"KUBECONFIG={plane.admin_kubeconfig}")
+    return 0
+
+
+def _read_state() -> dict | None:
+    try:
+        return json.loads(_state_file().read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _stop(state: dict | None) -> None:
+    if not state:
+        return
+    for name in ("kube-controller-manager", "kube-apiserver", "etcd"):
+        pid = state["pids"].get(name)
+        if pid and _alive(pid):
+            try:
+                os.killpg(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+            deadline = time.monotonic() + 15
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if _alive(pid):
+                os.killpg(pid, signal.SIGKILL)
+
+
+def down() -> int:
+    import shutil
+
+    state = _read_state()
+    if not state:
+        print("no control plane is running")
+        return 0
+    _stop(state)
+    shutil.rmtree(state["workdir"], ignore_errors=True)
+    _state_file().unlink(missing_ok=True)
+    print("control plane stopped")
+    return 0
+
+
+def status() -> int:
+    state = _read_state()
+    if not state or not all(_alive(pid) for pid in state["pids"].values()):
+        print("no control plane is running (make cluster starts one)")
+        return 1
+    print(f"running at {state['url']}: KUBECONFIG={state['kubeconfig']}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m controlplane", description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=("up", "down", "status", "build"))
+    parser.add_argument("--event-ttl", default=os.environ.get("EVENT_TTL", "1h"),
+                        help="kube-apiserver --event-ttl (default 1h, as Kubernetes)")
+    parser.add_argument("--kubevirt", default=os.environ.get("KUBEVIRT_VERSION", "1.3.1"),
+                        help="the KubeVirt version whose CRDs are installed (default 1.3.1)")
+    args = parser.parse_args(argv)
+    _state_dir().mkdir(parents=True, exist_ok=True)
+    try:
+        if args.command == "build":
+            return build.main()
+        if args.command == "up":
+            return up(args.event_ttl, args.kubevirt)
+        if args.command == "down":
+            return down()
+        return status()
+    except (build.BuildError, RuntimeError) as exc:
+        print(f"controlplane: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""`make run BACKEND=real`: the `make run` stories on a real control plane instead of the simulator.
+
+One control plane (kube-apiserver, etcd, kube-controller-manager, built by controlplane/) serves every
+story; each story's cluster starts from a reset one (controlplane.cluster.RealCluster.reset), the simulated
+KubeVirt drives VMs and VMIs as an ordinary client of the real server, and Knative's own ApiServerSource
+adapter sends the events.
+"""
+from __future__ import annotations
+
+import sys
+
+from controlplane import build
+from simcluster import play
+
+
+class RealBackend:
+    describe = "a real control plane (kube-apiserver and etcd on loopback; KubeVirt simulated)"
+
+    def __init__(self) -> None:
+        from controlplane.server import ControlPlane
+
+        self.plane = ControlPlane().start(say=lambda text: print(text, file=sys.stderr, flush=True))
+        self.apiserversource_binary = build.ensure(build.KNATIVE) / "apiserver_receive_adapter"
+
+    def cluster(self, kubevirt_version: str):
+        from controlplane.cluster import RealCluster
+
+        return RealCluster(self.plane, kubevirt_version).start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    backend = RealBackend()
+    play.BACKEND = backend
+    try:
+        return play.main(argv)
+    finally:
+        backend.plane.remove()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
