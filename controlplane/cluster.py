@@ -266,10 +266,13 @@ class RealCluster:
         """Create; a posted `status` is then written through the status subresource (where the kind has one),
         as the simulator's create keeps it, so tests can set up objects in any phase."""
         meta = obj.get("metadata") or {}
+        rt = type_for_kind(obj["apiVersion"], obj["kind"])
+        if rt.namespaced and meta.get("namespace") and obj["kind"] != "Namespace" and \
+                self.get("v1", "Namespace", None, meta["namespace"]) is None:  # set-up convenience, as the simulator
+            self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": meta["namespace"]}})
         if meta.get("resourceVersion"):  # builders shape objects as stored; the server refuses a set one
             obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "resourceVersion"}}
         created = self._request("POST", self._path(obj["apiVersion"], obj["kind"], meta.get("namespace")), obj)
-        rt = type_for_kind(obj["apiVersion"], obj["kind"])
         if obj.get("status") and rt.status_subresource:
             created = self._request("PUT", self._path(obj["apiVersion"], obj["kind"], meta.get("namespace"),
                                                       created["metadata"]["name"]) + "/status",

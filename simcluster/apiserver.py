@@ -631,12 +631,13 @@ class SimCluster:
 
     def __init__(self, kubevirt_version: str = "1.3.1", kubevirt_namespace: str = "kubevirt",
                  deploy_dir: Path | str = paths.DEPLOY_DIR, host: str = "127.0.0.1", port: int = 0,
-                 history_size: int = 2000):
+                 history_size: int = 2000, event_ttl: float | None = 3600.0):
+        """event_ttl: seconds an Event lives after its last write, as kube-apiserver --event-ttl (1h)."""
         self.kubevirt_version = kubevirt_version
         self.kubevirt_namespace = kubevirt_namespace
         self._address = (host, port)
         self.schemas = SchemaRegistry(kubevirt_version)
-        self.store = Store(validate=self.schemas.validate, history_size=history_size)
+        self.store = Store(validate=self.schemas.validate, history_size=history_size, event_ttl=event_ttl)
         self.auth = Authorizer(Path(deploy_dir) / "base")
         self.faults = Faults()
         self.requests: list[AuditRecord] = []
@@ -724,8 +725,15 @@ class SimCluster:
     # -- direct access -------------------------------------------------------------------------------------------
 
     def create(self, obj: dict) -> dict:
+        """Create as HTTP does, but for set-up: the object's namespace is created first when missing."""
         rt = type_for_kind(obj["apiVersion"], obj["kind"])
-        return self.store.create(rt, (obj.get("metadata") or {}).get("namespace"), obj, keep_status=True)
+        namespace = (obj.get("metadata") or {}).get("namespace")
+        if rt.namespaced:
+            ns_type = type_for_kind("v1", "Namespace")
+            if self.store.find(ns_type, None, namespace or "default") is None:
+                self.store.create(ns_type, None, {"apiVersion": "v1", "kind": "Namespace",
+                                                  "metadata": {"name": namespace or "default"}})
+        return self.store.create(rt, namespace, obj, keep_status=True)
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict | None:
         return self.store.find(type_for_kind(api_version, kind), namespace, name)

@@ -13,6 +13,7 @@ import json
 import random
 import re
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable
@@ -215,11 +216,13 @@ class Store:
 
     validate: Validator = lambda rt, obj: obj
     history_size: int = 2000
+    event_ttl: float | None = None   # seconds, as kube-apiserver --event-ttl (None: Events never expire)
     cond: threading.Condition = field(default_factory=lambda: threading.Condition(threading.RLock()))
     closed: bool = False
 
     def __post_init__(self):
         self._objects: dict[ResourceType, dict[tuple, dict]] = {rt: {} for rt in RESOURCES}
+        self._event_written: dict[tuple, float] = {}
         self._rv = 0
         self._history: deque[WatchEvent] = deque(maxlen=self.history_size)
         self._floor = 0   # every change after this resourceVersion is still in the history
@@ -232,10 +235,12 @@ class Store:
 
     def get(self, rt: ResourceType, namespace: str | None, name: str) -> dict:
         with self.cond:
+            self._expire_events()
             return clone(self._stored(rt, namespace, name))
 
     def find(self, rt: ResourceType, namespace: str | None, name: str) -> dict | None:
         with self.cond:
+            self._expire_events()
             obj = self._objects[rt].get((self._ns(rt, namespace), name))
             return clone(obj) if obj is not None else None
 
@@ -245,18 +250,55 @@ class Store:
             match = selectors.matcher(label_selector, field_selector, rt.field_labels)
         except ValueError as err:
             raise bad_request(str(err)) from None
-        start = _decode_continue(continue_token) if continue_token else None
+        start, snapshot = _decode_continue(continue_token) if continue_token else (None, None)
         with self.cond:
-            keys = sorted(k for k in self._objects[rt] if namespace is None or k[0] == namespace)
+            self._expire_events()
+            # A continued list reads the snapshot its first page was read at (etcd reads at that revision).
+            objects = self._objects[rt] if snapshot is None else self._objects_at(rt, snapshot)
+            keys = sorted(k for k in objects if namespace is None or k[0] == namespace)
             if start is not None:
                 keys = [k for k in keys if k > start]
-            matching = [self._objects[rt][k] for k in keys if match(self._objects[rt][k])]
-            rv = str(self._rv)
+            matching = [objects[k] for k in keys if match(objects[k])]
+            rv = str(self._rv if snapshot is None else snapshot)
         if limit and len(matching) > limit:
             last = matching[limit - 1]["metadata"]
             token = _encode_continue((last.get("namespace", ""), last["name"]), rv)
             return Page(clone(matching[:limit]), rv, token, len(matching) - limit)
         return Page(clone(matching), rv)
+
+    def _objects_at(self, rt: ResourceType, rv: int) -> dict[tuple, dict]:
+        """The objects of one kind as they were at resourceVersion `rv`: today's, with every later change undone."""
+        if rv < self._floor:
+            # etcd compacted that revision: the continue token has expired (storage.ErrCodeResourceVersionTooLarge's
+            # sibling, "The provided continue parameter is too old").
+            raise ApiError(410, "Expired", "The provided continue parameter is too old to display a consistent "
+                                           "list result. You can start a new list without the continue parameter.")
+        objects = dict(self._objects[rt])
+        for event in reversed(self._history):
+            if event.rv <= rv:
+                break
+            if event.rt != rt:
+                continue
+            key = (event.namespace or "", event.obj["metadata"]["name"])
+            if event.prev is None:
+                objects.pop(key, None)
+            else:
+                objects[key] = event.prev
+        return objects
+
+    # -- Event expiry ----------------------------------------------------------------------------------------------
+
+    def _expire_events(self) -> None:
+        """kube-apiserver stores Events with an etcd lease of --event-ttl, renewed by every write: an Event is
+        gone event_ttl after it was last written (pkg/registry/core/event/storage: TTLFunc)."""
+        if self.event_ttl is None:
+            return
+        rt = type_for_kind("v1", "Event")
+        now = time.monotonic()
+        for key, written in list(self._event_written.items()):
+            if now - written >= self.event_ttl and key in self._objects[rt]:
+                del self._event_written[key]
+                self._remove(rt, self._objects[rt][key])
 
     # -- writes --------------------------------------------------------------------------------------------------
 
@@ -265,9 +307,13 @@ class Store:
         meta = obj.setdefault("metadata", {})
         with self.cond:
             self._check_namespace(rt, namespace, meta)
+            if rt.kind == "Event" and rt.group == "":
+                _check_event_namespace(rt, obj)
             self._prepare_create(rt, obj, keep_status)
             obj = self.validate(rt, obj)
             meta = obj["metadata"]
+            # Admission (NamespaceLifecycle) runs after the strategy's validation (registry Store.Create).
+            self._check_namespace_lifecycle(rt, meta)
             if not meta.get("name"):
                 meta["name"] = self._generated_name(rt, meta)
             self._check_name(rt, meta["name"])
@@ -302,6 +348,8 @@ class Store:
         with self.cond:
             stored = self._stored(rt, namespace, name)
             _check_preconditions(rt, stored, preconditions or {})
+            if rt.kind == "Namespace":
+                return self._delete_namespace(rt, stored)
             meta = stored["metadata"]
             if not meta.get("finalizers"):
                 return clone(self._remove(rt, stored)), True
@@ -369,6 +417,47 @@ class Store:
             # rest.EnsureObjectNamespaceMatchesRequestNamespace.
             raise bad_request("the namespace of the provided object does not match the namespace sent on the request")
         meta["namespace"] = namespace or given or "default"
+
+    def _check_namespace_lifecycle(self, rt: ResourceType, meta: dict) -> None:
+        """The NamespaceLifecycle admission plugin: nothing is created in a namespace that does not exist
+        (404) or is being deleted (403)."""
+        if not rt.namespaced:
+            return
+        name = meta["namespace"]
+        namespace = self._objects[type_for_kind("v1", "Namespace")].get(("", name))
+        if namespace is None:
+            raise ApiError(404, "NotFound", f'namespaces "{name}" not found',
+                           {"name": name, "kind": "namespaces"})
+        if namespace["metadata"].get("deletionTimestamp"):
+            raise ApiError(403, "Forbidden", f"{rt.plural} \"{meta.get('name') or meta.get('generateName', '')}\" "
+                           f"is forbidden: unable to create new content in namespace {name} because it is being "
+                           "terminated", {"name": meta.get("name", ""), "kind": rt.plural})
+
+    def _delete_namespace(self, rt: ResourceType, stored: dict) -> tuple[dict, bool]:
+        """What kube-apiserver and the namespace controller do together: the namespace turns Terminating, its
+        content is deleted (objects with finalizers wait for them), and it goes once it is empty."""
+        name = stored["metadata"]["name"]
+        if not stored["metadata"].get("deletionTimestamp"):
+            marked = clone(stored)
+            marked["metadata"]["deletionTimestamp"] = now_rfc3339()
+            marked.setdefault("status", {})["phase"] = "Terminating"
+            self._commit(rt, self._key(rt, stored), marked, "MODIFIED", stored)
+            stored = marked
+        for kind in RESOURCES:
+            if kind.namespaced:
+                for key in [k for k in self._objects[kind] if k[0] == name]:
+                    obj = self._objects[kind][key]
+                    self.delete(kind, name, obj["metadata"]["name"])
+        return self._maybe_remove_namespace(name) or clone(stored), False
+
+    def _maybe_remove_namespace(self, name: str) -> dict | None:
+        ns_type = type_for_kind("v1", "Namespace")
+        namespace = self._objects[ns_type].get(("", name))
+        if namespace is None or not namespace["metadata"].get("deletionTimestamp"):
+            return None
+        if any(k[0] == name for kind in RESOURCES if kind.namespaced for k in self._objects[kind]):
+            return None
+        return clone(self._remove(ns_type, namespace))
 
     @staticmethod
     def _prepare_create(rt: ResourceType, obj: dict, keep_status: bool):
@@ -475,9 +564,13 @@ class Store:
         gone = clone(stored)
         gone["metadata"]["resourceVersion"] = str(self._rv)
         self._record(WatchEvent(self._rv, "DELETED", rt, key[0] or None, gone, stored))
+        if rt.namespaced and key[0]:
+            self._maybe_remove_namespace(key[0])
         return gone
 
     def _commit(self, rt: ResourceType, key: tuple, obj: dict, event_type: str, prev: dict | None):
+        if rt.kind == "Event" and rt.group == "":
+            self._event_written[key] = time.monotonic()
         self._rv += 1
         obj["metadata"]["resourceVersion"] = str(self._rv)
         self._objects[rt][key] = obj
@@ -508,6 +601,16 @@ def _check_pod_update(rt: ResourceType, current: dict, new: dict) -> None:
                        "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only "
                        "additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be "
                        "set to 1 if it was previously negative)"}])
+
+
+def _check_event_namespace(rt: ResourceType, event: dict) -> None:
+    """pkg/apis/core/validation ValidateEvent: a namespaced object's Event lives in that object's namespace."""
+    involved = (event.get("involvedObject") or {}).get("namespace")
+    own = event["metadata"]["namespace"]
+    if involved and involved != own:
+        raise invalid(rt, event["metadata"].get("name", ""), [{
+            "reason": "FieldValueInvalid", "field": "involvedObject.namespace",
+            "message": f'Invalid value: "{involved}": does not match event.namespace'}])
 
 
 def _unchanged(new: dict, current: dict) -> bool:
@@ -564,10 +667,10 @@ def _encode_continue(last_key: tuple, rv: str) -> str:
     return base64.urlsafe_b64encode(raw.encode()).decode()
 
 
-def _decode_continue(token: str) -> tuple:
+def _decode_continue(token: str) -> tuple[tuple, int]:
     try:
         data = json.loads(base64.urlsafe_b64decode(token.encode()))
-        return tuple(data["start"])
+        return tuple(data["start"]), int(data["rv"])
     except (ValueError, KeyError, TypeError):
         # storage.ErrCodeInvalidObj path in the real server: a malformed continue is a 400.
         raise bad_request("continue key is not valid: incorrect encoded start resourceVersion (version sim/1)") \
