@@ -60,7 +60,7 @@ def run_bench(rounds: int, load: Load, generator_name: str, workdir: Path, stack
               "startup_s": startup, "events": {}}
     for label, event in events.items():
         runs: dict[str, list[Run]] = {name: [] for name in servers}
-        for name, server in servers.items():
+        for server in servers.values():
             generator.run(server.port, *event, Load(seconds=1, connections=load.connections))  # warm-up
         for index in range(rounds):
             for name, server in servers.items():

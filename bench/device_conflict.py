@@ -57,7 +57,8 @@ def _calls(sim) -> list:
     return [r for r in list(sim.requests) if r.service_account == SERVICE_ACCOUNT]
 
 
-def run_bench(rounds: int, load: Load, vms: int, workdir: Path, stack: contextlib.ExitStack, say=lambda _: None) -> Report:
+def run_bench(rounds: int, load: Load, vms: int, workdir: Path, stack: contextlib.ExitStack,
+              say=lambda _: None) -> Report:
     from simcluster.apiserver import SimCluster
 
     generator = choose("auto")
@@ -87,7 +88,8 @@ def run_bench(rounds: int, load: Load, vms: int, workdir: Path, stack: contextli
     report.throughput = {name: round(statistics.median(v), 1) for name, v in runs.items()}
     report.ratio = round(report.throughput[DEVICE_CONFLICT.name] / report.throughput[NOOP.name], 3)
     report.irrelevant = {"events": counts["irrelevant"], "api_calls": calls,
-                         "api_calls_per_event": round(calls / counts["irrelevant"], 4) if counts["irrelevant"] else None,
+                         "api_calls_per_event": (round(calls / counts["irrelevant"], 4)
+                                                 if counts["irrelevant"] else None),
                          "in_handler_ms_p50": in_handler.get("irrelevant")}
     rss_before = servers[DEVICE_CONFLICT.name].rss_kib()
 

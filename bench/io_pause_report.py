@@ -108,7 +108,8 @@ def run_bench(rounds: int, load: Load, generator_name: str, workdir: Path, stack
     new = counts - counts_before
     handled = sum(new.values())
     report["relevant"] = {**base.asdict(base.Run.of(IO_PAUSE.name, result)), "decisions": dict(new),
-                          "api_calls_per_event": round((cluster.calls() - calls_before) / handled, 2) if handled else None,
+                          "api_calls_per_event": (round((cluster.calls() - calls_before) / handled, 2)
+                                                  if handled else None),
                           "in_handler_ms_p50": in_handler.get("hold")}
     return report
 

@@ -99,7 +99,8 @@ def run(rounds: int, load: Load, generator_name: str, stack: contextlib.ExitStac
     return {"generator": generator.describe(load), "event_bytes": len(irrelevant[1]), "throughput": by_server,
             "ratio": round(ratio, 3), "irrelevant_calls": irrelevant_calls,
             "irrelevant_events": counts_before.get("irrelevant", 0),
-            "duplicates": {"events": handled, "per_second": round(result.per_second, 1), "p50_ms": round(result.p50_ms, 2),
+            "duplicates": {"events": handled, "per_second": round(result.per_second, 1),
+                           "p50_ms": round(result.p50_ms, 2),
                            "api_calls_per_event": round((calls(sim) - before) / handled, 2) if handled else None,
                            "decisions": dict(counts - counts_before),
                            "events_recorded": [(e["involvedObject"]["kind"], e["count"]) for e in reported]}}

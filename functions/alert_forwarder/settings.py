@@ -2,7 +2,6 @@
 lifetimes, read and checked once at start-up so that a typo stops the start and names the variable."""
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -99,10 +98,12 @@ def _file(env: Env, name: str, check: Callable[[str], Any]) -> str | None:
 def _verify(env: Env, prefix: str) -> bool | str:
     if env.boolean(f"{prefix}_INSECURE_SKIP_VERIFY", False):
         return False
-    ca = env.raw(f"{prefix}_CA_FILE", "")
-    if ca and not os.path.isfile(ca):
-        raise SettingsError(f"{prefix}_CA_FILE={ca!r} is not a file; mount the CA bundle there, or leave it empty.")
-    return ca or True
+    return _file(env, f"{prefix}_CA_FILE", _a_file) or True
+
+
+def _a_file(path: str) -> None:
+    if not Path(path).is_file():
+        raise ValueError("it is not a file (mount the CA bundle there)")
 
 
 def _label_value(env: Env, name: str) -> str:

@@ -23,7 +23,8 @@ def device_conflict(holder="default/vm2", blocked=("default/vm1",), *, device="h
 def migration_report(vmi="default/vm1", migration="default/vm1-migration-abcde", *, klass="completion-timeout",
                      **extra) -> dict:
     data = {"migration": migration, "vmi": vmi, "vm": vmi, "phase": "Failed", "class": klass,
-            "message": f"Migration {migration} of VMI {vmi} failed: completion timeout after 7200 s (8 GB at 800 s/GiB… "
+            "message": f"Migration {migration} of VMI {vmi} failed: completion timeout after 7200 s "
+                       f"(8 GB at 800 s/GiB… "
                        f"the guest dirties memory faster than the network copies it).",
             "advice": [{"action": "apply MigrationPolicy vm1-migration", "why": "Let KubeVirt auto-converge.",
                         "yaml": "apiVersion: migrations.kubevirt.io/v1alpha1\nkind: MigrationPolicy\n"}]}

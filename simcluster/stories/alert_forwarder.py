@@ -58,7 +58,8 @@ def _play(s: Stage, am: Alertmanager | None, notifications: Receiver, hook: Rece
             "db's migration hit its completion timeout",
             b.VMIM_PATH.format(ns=NS, name="db-migration-x7k2p"))
     publish("io.vmevents.vmi-cleanup.cleaned", b.cleaned(f"{NS}/vm8"), "vm8's VMI removed (informational)", _vmi("vm8"))
-    publish("io.vmevents.device-conflict.detected", SEED_CONFLICT, "the next re-scan sees the same conflict", _vm("vm2"))
+    publish("io.vmevents.device-conflict.detected", SEED_CONFLICT, "the next re-scan sees the same conflict",
+            _vm("vm2"))
     wait_until(lambda: _show(s, am, notifications, hook, shown) and (not am or shown["am"] >= 2), 8)
     publish("io.vmevents.device-conflict.resolved", SEED_CONFLICT, "vm2 stopped: the conflict is over", _vm("vm2"))
     wait_until(lambda: _show(s, am, notifications, hook, shown) and _resolved_seen(notifications), 8 if am else 0)

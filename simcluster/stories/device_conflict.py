@@ -57,7 +57,8 @@ def _phase(s: Stage, name: str) -> str | None:
 
 
 def _printable(s: Stage, name: str) -> str | None:
-    return (s.cluster.get("kubevirt.io/v1", "VirtualMachine", "default", name).get("status") or {}).get("printableStatus")
+    vm = s.cluster.get("kubevirt.io/v1", "VirtualMachine", "default", name)
+    return (vm.get("status") or {}).get("printableStatus")
 
 
 def _scheduler_message(s: Stage, name: str) -> str:
@@ -70,7 +71,8 @@ def _summary(s: Stage) -> None:
     print("\n  Events device-conflict recorded (kubectl describe vm shows them):")
     for event in sorted(s.kube_events(COMPONENT), key=lambda e: (e["firstTimestamp"], e["involvedObject"]["name"],
                                                                  e["reason"])):
-        print(f"  {event['involvedObject']['name']:<4} {event['type']:<8} {event['reason']:<27} x{event.get('count', 1):<3} "
+        print(f"  {event['involvedObject']['name']:<4} {event['type']:<8} {event['reason']:<27} "
+              f"x{event.get('count', 1):<3} "
               f"{event['message']}")
     print(f"  ({s.timeline.irrelevant} irrelevant events answered without an API call; "
           f"{s.timeline.repeats} repeated decisions not shown)")

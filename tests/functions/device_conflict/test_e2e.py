@@ -32,7 +32,8 @@ class World(e2e.World):
     settle = e2e.World.settle_with_kubevirt
 
     def __init__(self, version: str, backend: str):
-        super().__init__(version, backend=backend, kubevirt={"nodes": {SEED_NODE: {VF: 1, **RESOURCES}}, "step_delay": 0.01})
+        super().__init__(version, backend=backend,
+                         kubevirt={"nodes": {SEED_NODE: {VF: 1, **RESOURCES}}, "step_delay": 0.01})
 
     # -- helpers ------------------------------------------------------------------------------
     def create(self, manifest, run_strategy=None):
