@@ -3,10 +3,11 @@
 Settings are read and the Kubernetes client configured here, once, when the server starts; a bad
 setting stops the start with a message naming the variable.
 """
-from functions.io_pause_report.io_pause import FUNCTION, Settings, on_event, worth_decoding
+from functions.io_pause_report.handler import FUNCTION, on_event, worth_decoding
+from functions.io_pause_report.settings import load
 from shared.runtime import start
 
-app = start(FUNCTION, on_event, Settings.from_env, prefilter=worth_decoding)
+app = start(FUNCTION, on_event, load, prefilter=worth_decoding)
 
 
 def handle(request):

@@ -1,6 +1,6 @@
 """Small builders for io-pause-report's test objects: a VMI paused on an IO error, its PVC, PV,
-Longhorn Volume and Engine (longhorn.io/v1beta2, shaped by ../shared/reference/longhorn/v1.10.0/crds.yaml),
-and the Events KubeVirt and the function record (FACTS.md §5)."""
+Longhorn Volume and Engine (longhorn.io/v1beta2, shaped by upstream/longhorn/v1.10.0/crds.yaml),
+and the Events KubeVirt and the function record (docs/facts.md §5)."""
 from __future__ import annotations
 
 import uuid
@@ -109,13 +109,13 @@ def kubevirt_event(vmi: dict, *, volume: str = "disk-0", count: int = 1, last: d
 
 
 def episode_event(vmi: dict, *, start: datetime = NOW, count: int = 1, last: datetime = NOW,
-                  cls: str = "rebuild-related", reason: str = "IOErrorPause", baseline: int = 0,
+                  category: str = "rebuild-related", reason: str = "IOErrorPause", baseline: int = 0,
                   final_count: int | None = None, message: str = "first report") -> dict:
     """An Event io-pause-report recorded on the VM: the episode's facts are in its annotations."""
     meta = vmi["metadata"]
     notes = {"vmevents.io/io-pause-episode": stamp(start), "vmevents.io/io-pause-vmi-uid": meta["uid"]}
     if reason == "IOErrorPause":
-        notes.update({"vmevents.io/io-pause-class": cls, "vmevents.io/io-pause-baseline": str(baseline)})
+        notes.update({"vmevents.io/io-pause-class": category, "vmevents.io/io-pause-baseline": str(baseline)})
     if final_count is not None:
         notes["vmevents.io/io-pause-kubevirt-count"] = str(final_count)
     return {"apiVersion": "v1", "kind": "Event",

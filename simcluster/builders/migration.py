@@ -1,4 +1,4 @@
-"""Small builders for live-migration objects, shaped after ../shared/reference/examples/CONSTRUCTED-vmim-failed.yaml
+"""Small builders for live-migration objects, shaped after upstream/examples/CONSTRUCTED-vmim-failed.yaml
 and CONSTRUCTED-vmi-failed-migration-timeout.yaml (constructed from KubeVirt's Go types, not captured), per
 KubeVirt version:
 

@@ -130,7 +130,7 @@ def _summary(s: Stage, cast: dict) -> None:
                        if e["involvedObject"]["name"] == name and e["reason"] == "IOerror")
         events = [e for e in s.kube_events(COMPONENT) if e["involvedObject"]["name"] == name]
         notes = "; ".join(f"{e['type']} {e['reason']} ×{e.get('count', 1)}" for e in events) or "— (nothing: not an IO error)"
-        said = ", ".join(f".{kind} {d.get('class')}" for kind, d in replies if d["vmi"] == f"default/{name}")
+        said = ", ".join(f".{kind} {d.get('category')}" for kind, d in replies if d["vmi"] == f"default/{name}")
         print(f"  {name:<9} {kubevirt:<17} {notes}" + (f"; replies: {said}" if said else ""))
     print(f"  ({s.timeline.irrelevant} irrelevant events answered without an API call; "
           f"{s.timeline.repeats} repeated decisions not shown)")

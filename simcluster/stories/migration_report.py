@@ -64,7 +64,7 @@ def _summary(s: Stage, vmims: dict) -> None:
         events = [e for e in s.kube_events(COMPONENT) if e["involvedObject"]["name"] == name
                   and e["involvedObject"]["kind"] == "VirtualMachineInstance"]
         note = f"{events[0]['reason']} (count {events[0]['count']}): {events[0]['message']}" if events else "— (none)"
-        print(f"  {name:<6} {vmim['status']['phase']:<10} {(report or {}).get('class', '—'):<22} {note}")
+        print(f"  {name:<6} {vmim['status']['phase']:<10} {(report or {}).get('category', '—'):<22} {note}")
         for advice in (report or {}).get("advice", [])[:3]:
             print(f"  {'':<40}advice: {advice['action']}: {advice['why'][:150]}")
     sample = replies.get(vmims["db"]["metadata"]["uid"])

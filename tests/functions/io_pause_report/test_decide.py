@@ -5,19 +5,10 @@ from datetime import timedelta
 
 import pytest
 
-from functions.io_pause_report.io_pause import (
-    Action,
-    Facts,
-    KubeVirtErrors,
-    Settings,
-    VolumeFacts,
-    decide,
-    kubevirt_errors,
-    longhorn_facts,
-    read_episode,
-    target,
-    worth_decoding,
-)
+from functions.io_pause_report.decide import Action, Facts, KubeVirtErrors, VolumeFacts, decide
+from functions.io_pause_report.handler import kubevirt_errors, longhorn_facts, read_episode, target, worth_decoding
+from functions.io_pause_report.settings import Settings, load
+from functions.io_pause_report.wording import advice
 from shared.intake import Incoming
 from simcluster.builders.io_pause import (
     NOW,
@@ -79,14 +70,14 @@ NEW_EPISODES = [
 ]
 
 
-@pytest.mark.parametrize("vmi,known,action,cls", NEW_EPISODES)
-def test_a_pause_with_no_open_episode(vmi, known, action, cls):
-    decision = decide(vmi, known, None, SETTINGS, NOW + timedelta(seconds=5))
-    assert decision.action is action
-    assert (decision.cls.value if decision.cls else None) == cls
+@pytest.mark.parametrize("vmi,known,action,category", NEW_EPISODES)
+def test_a_pause_with_no_open_episode(vmi, known, action, category):
+    verdict = decide(vmi, known, None, SETTINGS, NOW + timedelta(seconds=5))
+    assert verdict.action is action
+    assert (verdict.category.value if verdict.category else None) == category
     if action is Action.REPORT:
         since = next(c["lastTransitionTime"] for c in vmi["status"]["conditions"] if c["type"] == "Paused")
-        assert decision.pauses == 1 and decision.episode_start == since and decision.advice
+        assert verdict.pauses == 1 and verdict.episode_start == since and advice(verdict, known, SETTINGS)
 
 
 OPEN = [
@@ -97,7 +88,7 @@ OPEN = [
     pytest.param(make_vmi(since=NOW - timedelta(minutes=11)), facts(lh()), dict(start=NOW - timedelta(minutes=11)),
                  Action.ESCALATE, 1, id="paused-too-long-escalates-to-stuck"),
     pytest.param(make_vmi(since=NOW - timedelta(minutes=11)), facts(lh()),
-                 dict(start=NOW - timedelta(minutes=11), cls="stuck-paused"), Action.HOLD, 1,
+                 dict(start=NOW - timedelta(minutes=11), category="stuck-paused"), Action.HOLD, 1,
                  id="already-escalated-is-held"),
     pytest.param(make_vmi(paused=None), facts(lh(), total=3, last=NOW - timedelta(minutes=2)),
                  dict(count=3, last=NOW - timedelta(minutes=2)), Action.WAIT, 3, id="running-again-waits-for-quiet"),
@@ -116,32 +107,39 @@ OPEN = [
 
 @pytest.mark.parametrize("vmi,known,ep,action,pauses", OPEN)
 def test_an_open_episode(vmi, known, ep, action, pauses):
-    decision = decide(vmi, known, episode(VMI, **ep), SETTINGS, NOW)
-    assert decision.action is action, decision.reason
-    assert decision.pauses == pauses
+    verdict = decide(vmi, known, episode(VMI, **ep), SETTINGS, NOW)
+    assert verdict.action is action, verdict.reason
+    assert verdict.pauses == pauses
 
 
 def test_a_new_episode_of_the_same_vmi_counts_from_where_the_last_ended():
-    decision = decide(VMI, facts(lh(), total=5, baseline=3), None, SETTINGS, NOW)
-    assert decision.action is Action.REPORT and decision.pauses == 2 and decision.baseline == 3
+    verdict = decide(VMI, facts(lh(), total=5, baseline=3), None, SETTINGS, NOW)
+    assert verdict.action is Action.REPORT and verdict.pauses == 2 and verdict.baseline == 3
+
+
+def advised(vmi, known) -> tuple[str, ...]:
+    """The advice wording.py gives for what decide() says of a pause with no open episode."""
+    return advice(decide(vmi, known, None, SETTINGS, NOW), known, SETTINGS)
 
 
 def test_rebuild_advice_names_the_volume_progress_and_the_kb_mitigations():
-    advice = " ".join(decide(VMI, facts(lh()), None, SETTINGS, NOW).advice)
+    words = " ".join(advised(VMI, facts(lh())))
     for part in (PV, "42%", "fstrim.timer", "discard", "DisableDeleteNotify", "Upgrade Longhorn",
                  "the pauses end when the rebuild completes"):
-        assert part in advice
+        assert part in words
 
 
 def test_out_of_space_advice_names_the_volume_and_its_size():
-    advice = " ".join(decide(VMI, facts(lh("healthy", None), no_space=FULL), None, SETTINGS, NOW).advice)
-    assert "disk-0" in advice and PV in advice and "10.0 GiB" in advice and FULL in advice
+    words = " ".join(advised(VMI, facts(lh("healthy", None), no_space=FULL)))
+    assert "disk-0" in words and PV in words and "10.0 GiB" in words and FULL in words
 
 
 def test_stuck_advice_is_a_stop_and_start():
-    decision = decide(make_vmi(since=NOW - timedelta(minutes=30)), facts(lh()), None, SETTINGS, NOW)
-    assert decision.cause.value == "rebuild-related"
-    assert "Stop and start the VM" in decision.advice[0] and "harvester#11585" in decision.advice[0]
+    known = facts(lh())
+    verdict = decide(make_vmi(since=NOW - timedelta(minutes=30)), known, None, SETTINGS, NOW)
+    assert verdict.cause.value == "rebuild-related"
+    words = advice(verdict, known, SETTINGS)
+    assert "Stop and start the VM" in words[0] and "harvester#11585" in words[0]
 
 
 def test_an_episode_with_a_resolved_event_is_closed_and_the_latest_open_one_wins():
@@ -179,9 +177,8 @@ def test_the_prefilter_decodes_only_vmi_events_that_mention_paused_io_error():
 
 
 def test_settings_from_the_environment():
-    s = Settings.from_env({"IO_PAUSE_STUCK_AFTER": "5m", "IO_PAUSE_RESOLVED_AFTER": "90s",
-                           "LONGHORN_NAMESPACE": "storage"})
+    s = load({"IO_PAUSE_STUCK_AFTER": "5m", "IO_PAUSE_RESOLVED_AFTER": "90s", "LONGHORN_NAMESPACE": "storage"})
     assert (s.stuck_after, s.resolved_after, s.longhorn_namespace) == (
         timedelta(minutes=5), timedelta(seconds=90), "storage")
     with pytest.raises(ValueError, match="LONGHORN_NAMESPACE='Longhorn System' is not a namespace name"):
-        Settings.from_env({"LONGHORN_NAMESPACE": "Longhorn System"})
+        load({"LONGHORN_NAMESPACE": "Longhorn System"})

@@ -1,5 +1,5 @@
 """io-pause-report end to end: the simulated API server (Longhorn objects validated against
-../shared/reference/longhorn/v1.10.0/crds.yaml), the simulated KubeVirt flapping a guest
+upstream/longhorn/v1.10.0/crds.yaml), the simulated KubeVirt flapping a guest
 Running↔Paused on IO errors with its resume backoff (at io_time_scale 0.01), the local broker
 routing by the Trigger in deploy/, and the function running as a real functions-framework server
 with the credentials of its own ServiceAccount. One world; each test uses its own VM names."""
@@ -39,7 +39,8 @@ class World(e2e.World):
             self.cluster.create(make_volume(pv, robustness=robustness))
             self.cluster.create(make_engine(pv, rebuilding=rebuilding))
         self.cluster.create({
-            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "metadata": {"name": name, "namespace": "default"},
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+            "metadata": {"name": name, "namespace": "default"},
             "spec": {"runStrategy": "Always", "template": {
                 "metadata": {"labels": {"harvesterhci.io/vmName": name}},
                 "spec": {"domain": {"devices": {"disks": [{"name": "disk-0", "disk": {"bus": "virtio"}}]},
@@ -113,7 +114,8 @@ def test_a_flapping_vm_gets_one_report_with_a_rising_count_then_one_resolved(wor
     detected = world.findings("detected", name)
     assert len(detected) == 1
     report = detected[0]
-    assert report["class"] == "rebuild-related" and report["vm"] == f"default/{name}" and report["pauses"] >= 1
+    assert report["category"] == "rebuild-related" and report["vm"] == f"default/{name}" and report["pauses"] >= 1
+    assert report["class"] == report["category"], "the former key stays until alert-forwarder reads category"
     assert report["volumes"] == [{"name": "disk-0", "pvc": f"{name}-disk-0", "pv": pv, "longhornVolume": pv,
                                   "robustness": "degraded", "rebuilding": True, "progress": 37}]
     assert any("fstrim.timer" in a for a in report["advice"]) and any("discard" in a for a in report["advice"])
@@ -123,8 +125,9 @@ def test_a_flapping_vm_gets_one_report_with_a_rising_count_then_one_resolved(wor
     world.tick()
     resolved = eventually(lambda: world.findings("resolved", name), what="resolved")
     assert len(resolved) == 1 and "rebuild completed" in resolved[0]["reason"]
-    assert resolved[0]["pauses"] == pauses and resolved[0]["class"] == "rebuild-related"
+    assert resolved[0]["pauses"] == pauses and resolved[0]["category"] == "rebuild-related"
     assert resolved[0]["volumes"] == report["volumes"]
+    assert resolved[0]["reportedCategories"] == ["rebuild-related"]
     done = world.events(name, "IOErrorPauseResolved")
     assert len(done) == 1 and done[0]["type"] == "Normal"
     world.tick()
@@ -151,13 +154,13 @@ def test_a_second_episode_of_the_same_vm_is_a_new_report_counting_from_one(world
     assert len(world.events(name)) == 2
 
 
-# -- the other classes ---------------------------------------------------------------------------
+# -- the other categories ------------------------------------------------------------------------
 def test_out_of_space_names_the_volume_and_its_size(world):
     name, pv = world.vm(robustness="healthy", rebuilding=None)
     flap(world, name, pauses=1, no_space=True)
     world.kubevirt.stop_io_errors("default", name)
     report = eventually(lambda: world.findings("detected", name), what="detected")[0]
-    assert report["class"] == "out-of-space"
+    assert report["category"] == "out-of-space"
     assert any("10.0 GiB" in a and pv in a for a in report["advice"])
     assert any("not enough space on volume: disk-0" in a for a in report["advice"])
     assert report["volumes"][0]["robustness"] == "healthy" and 10 * GIB
@@ -167,16 +170,16 @@ def test_stuck_paused_escalates_once_then_a_stop_and_start_resolves_it(world):
     name, pv = world.vm()
     flap(world, name, pauses=1, stuck=True)
     first = eventually(lambda: world.findings("detected", name), what="detected")[0]
-    assert first["class"] == "rebuild-related"
+    assert first["category"] == "rebuild-related"
     time.sleep(3.2)  # IO_PAUSE_STUCK_AFTER=3s, still paused
     world.tick()
-    stuck = eventually(lambda: [d for d in world.findings("detected", name) if d["class"] == "stuck-paused"],
+    stuck = eventually(lambda: [d for d in world.findings("detected", name) if d["category"] == "stuck-paused"],
                        what="stuck-paused")
     assert len(stuck) == 1 and stuck[0]["cause"] == "rebuild-related"
     assert "Stop and start the VM" in stuck[0]["advice"][0]
     assert len(world.events(name)) == 2  # the episode's report and its escalation
     world.tick()
-    assert len([d for d in world.findings("detected", name) if d["class"] == "stuck-paused"]) == 1
+    assert len([d for d in world.findings("detected", name) if d["category"] == "stuck-paused"]) == 1
     uid = world.vmi(name)["metadata"]["uid"]
     world.cluster.delete("kubevirt.io/v1", "VirtualMachineInstance", "default", name)  # what a stop and start does
     eventually(lambda: (v := world.vmi(name)) and v["metadata"]["uid"] != uid and v, what="a new VMI")
@@ -191,7 +194,7 @@ def test_a_volume_that_is_not_longhorn_is_unknown_storage_and_still_reported(wor
     flap(world, name, pauses=1)
     world.kubevirt.stop_io_errors("default", name)
     report = eventually(lambda: world.findings("detected", name), what="detected")[0]
-    assert report["class"] == "unknown-storage"
+    assert report["category"] == "unknown-storage"
     assert report["volumes"][0]["longhornVolume"] is None and "nfs.csi.k8s.io" in report["volumes"][0]["unknown"]
 
 
@@ -204,7 +207,7 @@ def test_longhorn_unreadable_is_unknown_storage_and_still_reported(world):
         report = eventually(lambda: world.findings("detected", name), what="detected")[0]
     finally:
         world.cluster.faults.clear()
-    assert report["class"] == "unknown-storage" and "could not be read" in report["volumes"][0]["unknown"]
+    assert report["category"] == "unknown-storage" and "could not be read" in report["volumes"][0]["unknown"]
     assert fault is not None
 
 
@@ -215,7 +218,8 @@ def test_a_pause_for_another_reason_yields_nothing(world, reason):
     vmi = world.wait_running(name)
     conditions = vmi["status"]["conditions"] + [{"type": "Paused", "status": "True", "reason": reason,
                                                   "lastProbeTime": None, "lastTransitionTime": "2026-11-30T12:00:00Z"}]
-    world.cluster.patch("kubevirt.io/v1", "VirtualMachineInstance", "default", name, {"status": {"conditions": conditions}})
+    world.cluster.patch("kubevirt.io/v1", "VirtualMachineInstance", "default", name,
+                        {"status": {"conditions": conditions}})
     world.tick()
     assert not world.events(name) and not world.findings("detected", name)
     assert not [r for r in world.function_requests() if r.name == name], "not even a read"

@@ -1,19 +1,15 @@
 """migration-report's arithmetic and decision table, row by row: pure, on a fixed clock (no cluster, no HTTP).
 
 Objects are shaped like KubeVirt 1.1, 1.3 and 1.8 (simcluster/builders/migration.py, after the CONSTRUCTED
-examples in ../shared/reference/examples/).
+examples in upstream/examples/).
 """
 from datetime import timedelta
 
 import pytest
 import yaml
 
-from functions.migration_report.report import (
-    Action,
-    Facts,
-    Settings,
+from functions.migration_report.arithmetic import (
     data_size,
-    decide,
     defaults,
     effective_configuration,
     match_policy,
@@ -21,6 +17,9 @@ from functions.migration_report.report import (
     read_failure_reason,
     scaled_giga,
 )
+from functions.migration_report.decide import Action, Facts, Verdict, decide
+from functions.migration_report.settings import Settings
+from functions.migration_report.wording import reply_data
 from simcluster.builders.migration import (
     ABORTED_19,
     NOT_COMPLETED,
@@ -126,7 +125,8 @@ def test_policy_then_kubevirt_cr_then_version_default():
     config = effective_configuration(make_policy("p", vmi=WORKLOAD, allowAutoConverge=True),
                                      {"completionTimeoutPerGiB": 300}, (1, 3, 1), None)
     assert config["allowAutoConverge"] == {"value": True, "source": "MigrationPolicy p"}
-    assert config["completionTimeoutPerGiB"] == {"value": 300, "source": "the KubeVirt CR (spec.configuration.migrations)"}
+    assert config["completionTimeoutPerGiB"] == {"value": 300,
+                                                 "source": "the KubeVirt CR (spec.configuration.migrations)"}
     assert config["progressTimeout"] == {"value": 150, "source": "KubeVirt v1.3.1's default"}
 
 
@@ -142,7 +142,7 @@ def test_what_kubevirt_recorded_wins():
 
 
 # -- failureReason wording (pkg/virt-launcher/virtwrap/live-migration-source.go) ------------------
-@pytest.mark.parametrize("text,kind,seconds", [
+@pytest.mark.parametrize("text,category,seconds", [
     (NOT_COMPLETED.format(7200), "completion-timeout", 7200),
     (STUCK.format(151), "progress-stall", 151),
     (ABORTED_19, "aborted-or-timeout", None),
@@ -151,9 +151,9 @@ def test_what_kubevirt_recorded_wins():
     ("virError(Code=1, Domain=7, Message='internal error: client socket is closed')", "libvirt-error", None),
 ], ids=["not-completed-1.3-1.8", "stuck-1.3-1.8", "has-been-aborted-1.9", "aborted-1.8", "stall-detector",
         "libvirt"])
-def test_failure_reason_wording(text, kind, seconds):
+def test_failure_reason_wording(text, category, seconds):
     read = read_failure_reason(text)
-    assert (read.kind, read.seconds) == (kind, seconds)
+    assert (read.category, read.seconds) == (category, seconds)
 
 
 # -- the decision table ---------------------------------------------------------------------------
@@ -175,6 +175,15 @@ def facts(version="1.8", *, phase="Failed", took=451, reason=None, guest="2Gi", 
         evs += kubevirt_events(vmim, the_vmi)
     return Facts(vmim, the_vmi, None, make_kubevirt(VERSIONS[version], migrations), tuple(policies), namespace,
                  tuple(evs))
+
+
+DEFAULTS = Settings()
+
+
+def reported(known: Facts, settings: Settings = DEFAULTS, now=NOW) -> tuple[Verdict, dict]:
+    """decide(), then the reply's data wording.py makes of a REPORT verdict (its advice and its sentence)."""
+    verdict = decide(known, settings, now)
+    return verdict, reply_data(verdict, known, settings) if verdict.action is Action.REPORT else {}
 
 
 def unschedulable(vmim, vmi):
@@ -222,42 +231,43 @@ ROWS += [
 ]
 
 
-@pytest.mark.parametrize("kwargs,klass", [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
-def test_failed_migration_is_classified(kwargs, klass):
-    decision = decide(facts(**kwargs), Settings(), NOW)
-    assert decision.action is Action.REPORT and decision.kind == "failed"
-    assert decision.report["class"] == klass
-    assert "(uid 22222222-2222-2222-2222-222222222222)" in decision.message
-    assert decision.report["advice"], "every class comes with advice"
+@pytest.mark.parametrize("kwargs,category", [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
+def test_failed_migration_is_categorised(kwargs, category):
+    verdict, data = reported(facts(**kwargs))
+    assert verdict.action is Action.REPORT and verdict.notice == "failed"
+    assert verdict.report["category"] == category and data["category"] == category
+    assert data["class"] == category, "the former key stays until alert-forwarder reads category"
+    assert "(uid 22222222-2222-2222-2222-222222222222)" in data["message"]
+    assert data["advice"], "every category comes with advice"
 
 
 @pytest.mark.parametrize("version,guest,took,budget", [("1.1", "8Gi", 7201, 7200), ("1.3", "8Gi", 7201, 7200),
                                                        ("1.8", "8Gi", 1351, 1350), ("1.3", "1948Mi", 2401, 2400)],
                          ids=["1.1-8Gi", "1.3-8Gi", "1.8-8Gi", "1.3-1948Mi"])
 def test_the_numbers_are_kubevirts(version, guest, took, budget):
-    decision = decide(facts(version, guest=guest, took=took, reason=NOT_COMPLETED.format(budget)), Settings(), NOW)
-    assert decision.report["budget"]["completionTimeoutSeconds"] == budget
-    assert decision.report["kubevirtSeconds"] == budget
-    assert f"of a {budget} s completion budget" in decision.message
-    assert decision.report["failureReasonSource"] == ("KubeVirt Event Migrated on the VMI" if version == "1.1"
-                                                      else "migrationState.failureReason")
+    verdict, data = reported(facts(version, guest=guest, took=took, reason=NOT_COMPLETED.format(budget)))
+    assert verdict.report["budget"]["completionTimeoutSeconds"] == budget
+    assert verdict.report["kubevirtSeconds"] == budget
+    assert f"of a {budget} s completion budget" in data["message"]
+    assert verdict.report["failureReasonSource"] == ("KubeVirt Event Migrated on the VMI" if version == "1.1"
+                                                     else "migrationState.failureReason")
 
 
 def test_the_unschedulable_report_carries_the_schedulers_message():
-    decision = decide(facts(took=0, state=False, kubevirt_events=unschedulable,
-                            vmim_kwargs={"reached_running": False}), Settings(), NOW)
-    assert "2 Insufficient memory" in decision.message
-    assert "2 Insufficient memory" in decision.report["advice"][0]["why"]
+    _, data = reported(facts(took=0, state=False, kubevirt_events=unschedulable,
+                             vmim_kwargs={"reached_running": False}))
+    assert "2 Insufficient memory" in data["message"]
+    assert "2 Insufficient memory" in data["advice"][0]["why"]
 
 
 @pytest.mark.parametrize("ratio,action", [(0.5, Action.SKIP), (0.79, Action.SKIP), (0.8, Action.REPORT),
                                           (0.95, Action.REPORT)], ids=["50%", "79%", "80%", "95%"])
 def test_a_success_is_reported_only_near_its_timeout(ratio, action):
-    decision = decide(facts(phase="Succeeded", took=int(450 * ratio)), Settings(), NOW)
-    assert decision.action is action
+    verdict, data = reported(facts(phase="Succeeded", took=int(450 * ratio)))
+    assert verdict.action is action
     if action is Action.REPORT:
-        assert decision.kind == "near-timeout" and decision.report["class"] == "near-timeout"
-        assert "succeeded but used" in decision.message
+        assert verdict.notice == "near-timeout" and data["category"] == "near-timeout"
+        assert "succeeded but used" in data["message"]
 
 
 def test_the_warn_ratio_is_a_setting():
@@ -271,34 +281,34 @@ def test_the_warn_ratio_is_a_setting():
     ({}, Settings(exclude_namespaces=frozenset({"default"})), NOW, "out of scope"),
 ], ids=["running", "too-old", "not-in-namespaces", "excluded-namespace"])
 def test_skips(kwargs, settings, now, why):
-    decision = decide(facts(reason=NOT_COMPLETED.format(450), **kwargs), settings, now)
-    assert decision.action is Action.SKIP and why in decision.reason
+    verdict = decide(facts(reason=NOT_COMPLETED.format(450), **kwargs), settings, now)
+    assert verdict.action is Action.SKIP and why in verdict.reason
 
 
 # -- the policy KubeVirt chose, and the advice ----------------------------------------------------
 def test_recorded_policy_name_wins_over_matching():
     policies = [make_policy("slow", vmi={"workload": "db"}, completionTimeoutPerGiB=400),
                 make_policy("aaa-fast", completionTimeoutPerGiB=50)]
-    decision = decide(facts(labels=WORKLOAD, took=1201, reason=NOT_COMPLETED.format(1200), policies=policies,
-                            state_kwargs={"policy": "slow"}), Settings(), NOW)
-    assert decision.report["policy"] == {"name": "slow", "how": "recorded", "ties": []}
-    assert decision.report["budget"]["completionTimeoutSeconds"] == 1200
-    assert decision.report["advice"][0]["action"] == "amend MigrationPolicy slow (the policy in effect)"
+    verdict, data = reported(facts(labels=WORKLOAD, took=1201, reason=NOT_COMPLETED.format(1200), policies=policies,
+                                   state_kwargs={"policy": "slow"}))
+    assert verdict.report["policy"] == {"name": "slow", "how": "recorded", "ties": []}
+    assert verdict.report["budget"]["completionTimeoutSeconds"] == 1200
+    assert data["advice"][0]["action"] == "amend MigrationPolicy slow (the policy in effect)"
 
 
 def test_matching_uses_namespace_labels_and_reports_ties():
     policies = [make_policy("b-ns", namespace=NS, completionTimeoutPerGiB=100),
                 make_policy("a-ns", namespace=NS, completionTimeoutPerGiB=200)]
-    decision = decide(facts(labels=WORKLOAD, took=601, reason=NOT_COMPLETED.format(600), policies=policies,
-                            namespace=make_namespace(labels=NS)), Settings(), NOW)
-    assert decision.report["policy"]["name"] == "a-ns" and decision.report["policy"]["ties"] == ["a-ns", "b-ns"]
-    assert decision.report["budget"]["completionTimeoutSeconds"] == 600
-    assert "policies tied: a-ns, b-ns" in decision.message
+    verdict, data = reported(facts(labels=WORKLOAD, took=601, reason=NOT_COMPLETED.format(600), policies=policies,
+                                   namespace=make_namespace(labels=NS)))
+    assert verdict.report["policy"]["name"] == "a-ns" and verdict.report["policy"]["ties"] == ["a-ns", "b-ns"]
+    assert verdict.report["budget"]["completionTimeoutSeconds"] == 600
+    assert "policies tied: a-ns, b-ns" in data["message"]
 
 
 def test_completion_timeout_advice_is_ready_to_apply_policies_scoped_to_the_vmi():
-    decision = decide(facts(labels={"harvesterhci.io/vmName": "vm1"}, reason=NOT_COMPLETED.format(450)), Settings(), NOW)
-    advice = decision.report["advice"]
+    _, data = reported(facts(labels={"harvesterhci.io/vmName": "vm1"}, reason=NOT_COMPLETED.format(450)))
+    advice = data["advice"]
     documents = [yaml.safe_load(a["yaml"]) for a in advice]
     assert [d["kind"] for d in documents] == ["MigrationPolicy"] * 3
     assert all(d["spec"]["selectors"] == {"virtualMachineInstanceSelector": {"harvesterhci.io/vmName": "vm1"}}
@@ -309,9 +319,8 @@ def test_completion_timeout_advice_is_ready_to_apply_policies_scoped_to_the_vmi(
 
 
 def test_progress_stall_advice_names_bandwidth_and_the_migration_network():
-    decision = decide(facts(took=300, reason=STUCK.format(150), migrations={"bandwidthPerMigration": "64Mi"}),
-                      Settings(), NOW)
-    advice = decision.report["advice"]
+    _, data = reported(facts(took=300, reason=STUCK.format(150), migrations={"bandwidthPerMigration": "64Mi"}))
+    advice = data["advice"]
     assert yaml.safe_load(advice[0]["yaml"])["spec"]["bandwidthPerMigration"] == "0"
     assert "64Mi" in advice[0]["why"]
     assert advice[1]["action"] == "use a dedicated migration network" and "network" in advice[1]["yaml"]

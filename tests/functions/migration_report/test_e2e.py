@@ -83,7 +83,7 @@ def test_a_completion_timeout_is_explained_with_kubevirts_numbers_once(world):
     vmim = world.migrate(vmi, took=budget + 1, reason=NOT_COMPLETED.format(budget))
     kind, data = world.reported(vmi, vm, vmim)
     assert kind == "io.vmevents.migration-report.failed"
-    assert data["class"] == "completion-timeout" and data["budget"]["completionTimeoutSeconds"] == budget
+    assert data["category"] == "completion-timeout" and data["budget"]["completionTimeoutSeconds"] == budget
     assert data["dataSize"]["gigabytes"] == 9 and data["kubevirtVersion"] == f"v{world.version}"
     assert any("MigrationPolicy" in (a["yaml"] or "") and "harvesterhci.io/vmName: db" in a["yaml"]
                for a in data["advice"])
@@ -107,7 +107,7 @@ def test_a_progress_stall_is_explained(world):
     vm, vmi = world.guest(guest="2Gi")
     vmim = world.migrate(vmi, took=300, reason=STUCK.format(150))
     _, data = world.reported(vmi, vm, vmim)
-    assert data["class"] == "progress-stall"
+    assert data["category"] == "progress-stall"
     assert data["budget"]["progressTimeoutSeconds"] == 150
     assert "no data moved for 150 s" in world.events(vmi)[0]["message"]
 
@@ -118,7 +118,7 @@ def test_an_unschedulable_target_is_explained_with_the_schedulers_message(world)
     vmim = world.migrate(vmi, took=300, state=False, reached_running=False,
                          kubevirt_events=unschedulable_events(message))
     _, data = world.reported(vmi, vm, vmim)
-    assert data["class"] == "target-unschedulable"
+    assert data["category"] == "target-unschedulable"
     assert message.rstrip(".") in world.events(vmi)[0]["message"]
     assert "it never started copying" in world.events(vmi)[0]["message"]
 
@@ -142,7 +142,7 @@ def test_a_success_near_its_timeout_is_reported_and_one_well_inside_is_not(world
     budget = 3 * world.per_gib
     near = world.migrate(vmi, phase="Succeeded", took=int(budget * 0.9))
     kind, data = world.reported(vmi, vm, near)
-    assert kind == "io.vmevents.migration-report.near-timeout" and data["class"] == "near-timeout"
+    assert kind == "io.vmevents.migration-report.near-timeout" and data["category"] == "near-timeout"
     assert world.events(vmi)[0]["reason"] == "MigrationNearTimeout"
 
     vm2, vmi2 = world.guest(guest="2Gi")

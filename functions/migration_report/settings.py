@@ -1,0 +1,32 @@
+"""migration-report's settings: every environment variable it reads, read once at start-up."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+
+from shared.settings import Env, SettingsError, in_scope
+
+
+@dataclass(frozen=True)
+class Settings:
+    warn_ratio: float = 0.8                         # MIGRATION_WARN_RATIO: a success using this much is reported
+    within: timedelta = timedelta(minutes=30)       # MIGRATION_REPORT_WITHIN: older endings are not looked at
+    namespaces: frozenset[str] = frozenset()        # MIGRATION_NAMESPACES (empty: every namespace)
+    exclude_namespaces: frozenset[str] = frozenset()  # MIGRATION_EXCLUDE_NAMESPACES
+
+    def in_scope(self, namespace: str) -> bool:
+        return in_scope(namespace, self.namespaces, self.exclude_namespaces)
+
+
+def load(environ: Mapping[str, str]) -> Settings:
+    """The settings from the environment; a bad value raises SettingsError naming the variable."""
+    env = Env(environ)
+    within = env.duration("MIGRATION_REPORT_WITHIN", "30m")
+    if within <= timedelta(0):
+        raise SettingsError("MIGRATION_REPORT_WITHIN='0s' would report nothing; use a value like 30m "
+                            "(below the API server's --event-ttl, 1h by default).")
+    return Settings(warn_ratio=env.number("MIGRATION_WARN_RATIO", 0.8, minimum=0.01, maximum=1.0),
+                    within=within,
+                    namespaces=env.names("MIGRATION_NAMESPACES"),
+                    exclude_namespaces=env.names("MIGRATION_EXCLUDE_NAMESPACES"))
