@@ -84,10 +84,6 @@ def tracked_files() -> list[str]:
 TRACKED = tracked_files()
 
 
-def xfail_if(condition: bool, value: object, reason: str) -> object:
-    return pytest.param(value, marks=pytest.mark.xfail(strict=False, reason=reason)) if condition else value
-
-
 # -- one-way imports among the packages ------------------------------------------------------------
 @dataclass(frozen=True)
 class Rule:
@@ -321,16 +317,10 @@ def test_a_module_can_ask_to_be_held_pure(tmp_path):
 # -- one file skeleton for every function that makes decisions --------------------------------------
 SKELETON = ("settings.py", "decide.py", "handler.py", "wording.py", "main.py")
 NO_DECISIONS = {"dead_letter": "logs what the broker could not deliver: nothing to decide"}
-# Split into the skeleton on other branches; in this one their legacy module is still whole.
-SPLIT_ELSEWHERE = {
-    "migration_report": "report.py",
-    "io_pause_report": "io_pause.py",
-}
-SPLIT = "split on another branch"
 FUNCTIONS = sorted(p.parent.name for p in (REPO / "functions").glob("*/__init__.py"))
 
 
-@pytest.mark.parametrize("name", [xfail_if(n in SPLIT_ELSEWHERE, n, SPLIT) for n in FUNCTIONS])
+@pytest.mark.parametrize("name", FUNCTIONS)
 def test_every_function_has_the_skeleton(name):
     folder = REPO / "functions" / name
     wanted = ("main.py",) if name in NO_DECISIONS else SKELETON
@@ -348,10 +338,9 @@ def test_only_the_exempt_have_no_decisions():
 # -- no product module over 350 lines --------------------------------------------------------------
 MAX_LINES = 350
 PRODUCT = python_files("shared", "functions")
-LEGACY = {REPO / "functions" / name / module for name, module in SPLIT_ELSEWHERE.items()}
 
 
-@pytest.mark.parametrize("path", [xfail_if(p in LEGACY, p, SPLIT) for p in PRODUCT], ids=ids(PRODUCT))
+@pytest.mark.parametrize("path", PRODUCT, ids=ids(PRODUCT))
 def test_product_modules_stay_small(path):
     lines = len(path.read_text().splitlines())
     assert lines <= MAX_LINES, (f"{path.relative_to(REPO)} has {lines} lines (at most {MAX_LINES}): split it "
@@ -365,23 +354,13 @@ NEEDLES = {
     "FACTS" + ".md": "say docs/facts.md (same section numbers)",
     "STYLE" + ".md": "cite the upstream codebase instead, or drop it",
 }
-# Files other branches are rewriting; the lead removes this list after merging them.
-MENTIONS_FIXED_ELSEWHERE = {
-    "functions/io_pause_report/io_pause.py",
-    "functions/migration_report/report.py", "simcluster/builders/io_pause.py",
-    "simcluster/builders/migration.py", "tests/functions/io_pause_report/test_e2e.py",
-    "tests/functions/migration_report/test_decide.py",
-}
-
-
 
 def mentions(text: str) -> list[str]:
     return [f"line {number}: {needle!r} ({why})" for number, line in enumerate(text.splitlines(), 1)
             for needle, why in NEEDLES.items() if needle in line]
 
 
-@pytest.mark.parametrize("name", [xfail_if(n in MENTIONS_FIXED_ELSEWHERE, n, "fixed on another branch")
-                                  for n in TRACKED])
+@pytest.mark.parametrize("name", TRACKED)
 def test_no_file_mentions_what_only_build_machines_have(name):
     path = REPO / name
     if not path.is_file():  # deleted in the work tree, not yet in the index

@@ -67,11 +67,11 @@ def device_description(f: Finding) -> str:
 # migration-report: a structured report with at least vmi "ns/name", class and a summary sentence
 def migration_summary(f: Finding) -> str:
     what = "failed" if f.type.endswith(".failed") else "succeeded close to its timeout"
-    return f.text("summary", "message") or f"Migration of VMI {f.data.get('vmi')} {what} ({f.data.get('class')})."
+    return f.text("summary", "message") or f"Migration of VMI {f.data.get('vmi')} {what} ({f.data.get('category')})."
 
 
 def migration_description(f: Finding) -> str:
-    return paragraphs(f"Class: {f.data.get('class') or 'unknown'}.", advice(f))
+    return paragraphs(f"Category: {f.data.get('category') or 'unknown'}.", advice(f))
 
 
 # io-pause-report: {vmi, volumes[{pvc, pv, longhornVolume, robustness, rebuilding, progress}], class, pauses, advice}
@@ -81,7 +81,7 @@ def io_summary(f: Finding) -> str:
     pauses = f.data.get("pauses")
     times = f" {pauses} time(s)" if isinstance(pauses, int) else ""
     return (f.text("summary", "message")
-            or f"VM {f.data.get('vmi')} paused{times} on IO errors ({f.data.get('class') or 'unknown'}).")
+            or f"VM {f.data.get('vmi')} paused{times} on IO errors ({f.data.get('category') or 'unknown'}).")
 
 
 def io_description(f: Finding) -> str:
@@ -90,7 +90,7 @@ def io_description(f: Finding) -> str:
         f"(robustness {v.get('robustness') or '?'}"
         + (f", rebuilding {v.get('progress')}%" if v.get("rebuilding") else "") + ")"
         for v in volumes(f))
-    return paragraphs(f"Class: {f.data.get('class') or 'unknown'}.", listed and f"Volumes: {listed}.", advice(f))
+    return paragraphs(f"Category: {f.data.get('category') or 'unknown'}.", listed and f"Volumes: {listed}.", advice(f))
 
 
 # vmi-cleanup: {vmi, vm, action, reason, previousRunStrategy, dryRun} (informational)

@@ -80,7 +80,6 @@ def reply_data(verdict: Verdict, vmi: str, vm: str | None, episode: Episode | No
     """The `.detected` / `.resolved` reply's data about VMI `vmi` and VM `vm` ("namespace/name")."""
     category = verdict.category.value if verdict.category else None
     data = {"vmi": vmi, "vm": vm, "volumes": [volume_data(v) for v in verdict.volumes], "category": category,
-            "class": category,  # the former key: alert-forwarder reads it until it reads "category"
             "cause": verdict.cause.value if verdict.cause else None, "pauses": verdict.pauses,
             "episodeStart": verdict.episode_start,
             "pausedSince": stamp(verdict.paused_since) if verdict.paused_since else None,

@@ -13,8 +13,6 @@ def reply_data(verdict: Verdict, facts: Facts, settings: Settings) -> dict:
     """The whole report: KubeVirt's numbers and the category (decide.py), then the advice and the sentence."""
     report = dict(verdict.report)
     category = report["category"]
-    # "class" is the key's former name: alert-forwarder reads it until it reads "category".
-    report["class"] = category
     report["advice"] = advise("completion-timeout" if category == "near-timeout" else category, report, facts)
     report["message"] = event_message(report, settings)
     return report

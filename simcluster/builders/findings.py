@@ -20,9 +20,9 @@ def device_conflict(holder="default/vm2", blocked=("default/vm1",), *, device="h
     return {k: v for k, v in data.items() if v is not None}
 
 
-def migration_report(vmi="default/vm1", migration="default/vm1-migration-abcde", *, klass="completion-timeout",
+def migration_report(vmi="default/vm1", migration="default/vm1-migration-abcde", *, category="completion-timeout",
                      **extra) -> dict:
-    data = {"migration": migration, "vmi": vmi, "vm": vmi, "phase": "Failed", "class": klass,
+    data = {"migration": migration, "vmi": vmi, "vm": vmi, "phase": "Failed", "category": category,
             "message": f"Migration {migration} of VMI {vmi} failed: completion timeout after 7200 s "
                        f"(8 GB at 800 s/GiB… "
                        f"the guest dirties memory faster than the network copies it).",
@@ -32,8 +32,8 @@ def migration_report(vmi="default/vm1", migration="default/vm1-migration-abcde",
     return data
 
 
-def io_pause(vmi="default/vm1", *, pvcs=("vm1-disk-0",), klass="rebuild-related", pauses=3, **extra) -> dict:
-    data = {"vmi": vmi, "class": klass, "pauses": pauses,
+def io_pause(vmi="default/vm1", *, pvcs=("vm1-disk-0",), category="rebuild-related", pauses=3, **extra) -> dict:
+    data = {"vmi": vmi, "category": category, "pauses": pauses,
             "volumes": [{"pvc": pvc, "pv": f"pvc-{i}", "longhornVolume": f"pvc-{i}", "robustness": "degraded",
                          "rebuilding": True, "progress": 42} for i, pvc in enumerate(pvcs)],
             "advice": ["Disable fstrim.timer in the guest, or spread its schedule.",

@@ -170,7 +170,8 @@ def create_migration(cluster, shape: str, vmi: dict, *, took: int, phase: str = 
     running = copy.deepcopy(final)
     running["metadata"].pop("uid")
     running["metadata"]["name"] = f"{meta['name']}-mig-{uuid.uuid4().hex[:5]}"
-    running["status"] = {"phase": "Running", "phaseTransitionTimestamps": final["status"]["phaseTransitionTimestamps"][:-1]}
+    running["status"] = {"phase": "Running",
+                         "phaseTransitionTimestamps": final["status"]["phaseTransitionTimestamps"][:-1]}
     vmim = cluster.create(running)
     uid = vmim["metadata"]["uid"]
     st = make_state(uid, took=took, failed=phase == "Failed", reason=reason, version=shape,

@@ -21,7 +21,8 @@ def seed_storage(s: Stage, vm: str, pv: str) -> None:
     s.cluster.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                       "metadata": {"name": claim, "namespace": "default"},
                       "spec": {"accessModes": ["ReadWriteMany"], "volumeMode": "Block", "volumeName": pv,
-                               "storageClassName": "harvester-longhorn", "resources": {"requests": {"storage": "20Gi"}}},
+                               "storageClassName": "harvester-longhorn",
+                               "resources": {"requests": {"storage": "20Gi"}}},
                       "status": {"phase": "Bound"}})
     s.cluster.create({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
                       "spec": {"capacity": {"storage": "20Gi"}, "accessModes": ["ReadWriteMany"],
@@ -49,7 +50,8 @@ def seed_vm(s: Stage, name: str) -> None:
 
 
 def play() -> None:
-    with stage("io-pause-report: trim during a Longhorn rebuild (the seed KB)", env_overrides={COMPONENT: SETTINGS}) as s:
+    with stage("io-pause-report: trim during a Longhorn rebuild (the seed KB)",
+               env_overrides={COMPONENT: SETTINGS}) as s:
         s.kubevirt.io_time_scale = IO_TIME_SCALE
         _play(s)
 
@@ -65,7 +67,8 @@ def _play(s: Stage) -> None:
     s.timeline.line("running", "etcd-1, etcd-2 (a guest Kubernetes cluster) and desktop run; their Longhorn volumes "
                                "are degraded, each rebuilding a replica (23%)")
     s.kubevirt.start_io_errors("default", "etcd-1", "disk-0")
-    s.timeline.line("fstrim", "etcd-1's guest runs fstrim during the rebuild: IO errors, KubeVirt pauses and resumes it")
+    s.timeline.line("fstrim", "etcd-1's guest runs fstrim during the rebuild: IO errors, KubeVirt pauses and "
+                              "resumes it")
     s.kubevirt.start_io_errors("default", "etcd-2", "disk-0", stuck=True)
     s.timeline.line("fstrim", "etcd-2 hits the same IO error, and KubeVirt never resumes it (harvester#11585)")
     _pause_by_user(s, "desktop")
@@ -129,7 +132,8 @@ def _summary(s: Stage, cast: dict) -> None:
         kubevirt = sum(e["count"] for e in s.cluster.list("v1", "Event", "default")
                        if e["involvedObject"]["name"] == name and e["reason"] == "IOerror")
         events = [e for e in s.kube_events(COMPONENT) if e["involvedObject"]["name"] == name]
-        notes = "; ".join(f"{e['type']} {e['reason']} ×{e.get('count', 1)}" for e in events) or "— (nothing: not an IO error)"
+        notes = ("; ".join(f"{e['type']} {e['reason']} ×{e.get('count', 1)}" for e in events)
+                 or "— (nothing: not an IO error)")
         said = ", ".join(f".{kind} {d.get('category')}" for kind, d in replies if d["vmi"] == f"default/{name}")
         print(f"  {name:<9} {kubevirt:<17} {notes}" + (f"; replies: {said}" if said else ""))
     print(f"  ({s.timeline.irrelevant} irrelevant events answered without an API call; "
