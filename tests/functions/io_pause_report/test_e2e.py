@@ -24,8 +24,8 @@ _names = itertools.count(1)
 class World(e2e.World):
     function_sa = FUNCTION_SA
 
-    def __init__(self):
-        super().__init__("1.3.1", kubevirt={"step_delay": 0.01, "io_time_scale": 0.01},
+    def __init__(self, version: str, backend: str):
+        super().__init__(version, backend=backend, kubevirt={"step_delay": 0.01, "io_time_scale": 0.01},
                          env_overrides={FUNCTION: {"IO_PAUSE_STUCK_AFTER": "3s", "IO_PAUSE_RESOLVED_AFTER": "4s"}})
 
     # -- the cast -----------------------------------------------------------------------------
@@ -84,9 +84,9 @@ class World(e2e.World):
         return [d for d in found if d["vmi"] == f"default/{name}"]
 
 
-@pytest.fixture(scope="module")
-def world():
-    with World() as w:
+@pytest.fixture(scope="module", **e2e.backends_only())
+def world(request):
+    with World(*request.param) as w:
         yield w
 
 
@@ -197,6 +197,7 @@ def test_a_volume_that_is_not_longhorn_is_unknown_storage_and_still_reported(wor
     assert report["volumes"][0]["longhornVolume"] is None and "nfs.csi.k8s.io" in report["volumes"][0]["unknown"]
 
 
+@pytest.mark.sim_only
 def test_longhorn_unreadable_is_unknown_storage_and_still_reported(world):
     name, pv = world.vm()
     fault = world.cluster.faults.add(path=f"/volumes/{pv}$", service_account=FUNCTION_SA, status=503, times=None)

@@ -34,11 +34,11 @@ _names = itertools.count(1)
 class World(e2e.World):
     """No KubeVirtSim: it does not model live migration, so the tests play KubeVirt's part."""
 
-    def __init__(self, version: str):
+    def __init__(self, version: str, backend: str):
         self.version = version
         self.shape = version.rsplit(".", 1)[0]          # "1.1", "1.3", "1.8"
         self.per_gib = 800 if self.shape in ("1.1", "1.3") else 150
-        super().__init__(version)
+        super().__init__(version, backend=backend)
 
     # -- playing KubeVirt ---------------------------------------------------------------------
     def guest(self, *, guest="8Gi", labels=None, namespace="default") -> tuple[dict, dict]:
@@ -73,7 +73,7 @@ class World(e2e.World):
 
 @pytest.fixture(scope="module", **kubevirt_versions("1.1.1", "1.3.1", "1.8.3"))
 def world(request):
-    with World(request.param) as w:
+    with World(*request.param) as w:
         yield w
 
 
@@ -153,6 +153,7 @@ def test_a_success_near_its_timeout_is_reported_and_one_well_inside_is_not(world
     assert not world.events(vmi2) and not world.replies(fine["metadata"]["uid"])
 
 
+@pytest.mark.sim_only
 def test_a_missed_event_is_caught_by_the_next_tick(world):
     vm, vmi = world.guest(guest="2Gi")
     world.cluster.faults.add(method="GET", path=r"/virtualmachineinstancemigrations/mig", service_account=FUNCTION_SA,
@@ -168,6 +169,7 @@ def test_a_missed_event_is_caught_by_the_next_tick(world):
     world.reported(vmi, vm, vmim)
 
 
+@pytest.mark.sim_only
 def test_an_event_that_could_not_be_recorded_is_recorded_by_the_next_tick(world):
     vm, vmi = world.guest(guest="2Gi")
     world.cluster.faults.add(method="POST", path=r"/namespaces/default/events$", service_account=FUNCTION_SA,
@@ -182,6 +184,21 @@ def test_an_event_that_could_not_be_recorded_is_recorded_by_the_next_tick(world)
     assert world.events(vm)[0]["count"] == 2        # the same Event again: counted, not duplicated
     assert len(world.events(vm)) == 1
     assert all(kind.endswith((".failed", ".scanned")) for kind, _ in world.replies(vmim["metadata"]["uid"]))
+
+
+def test_an_event_lost_after_the_report_is_recorded_again_by_the_next_tick(world):
+    """As if the VMI's Event had expired (--event-ttl) before the VM's: the re-scan reports again, and the
+    Event still there is counted, not duplicated. Runs on both backends (no fault injection needed)."""
+    vm, vmi = world.guest(guest="2Gi")
+    world.migrate(vmi, took=300, reason=STUCK.format(150))
+    eventually(lambda: world.events(vm) and world.events(vmi), what="the Events on the VM and the VMI")
+    world.settle()
+    [lost] = world.events(vmi)
+    world.cluster.delete("v1", "Event", lost["metadata"]["namespace"], lost["metadata"]["name"])
+    world.knative.ping.tick()
+    eventually(lambda: world.events(vmi), what="the Event on the VMI, by the re-scan")
+    world.settle()
+    assert [e["count"] for e in world.events(vm)] == [2]
 
 
 def test_the_function_needs_nothing_beyond_its_shipped_rbac(world):
