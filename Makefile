@@ -20,7 +20,9 @@ install: $(STAMP)
 # BACKEND=real plays the stories on a real control plane (controlplane/, needs Go); the default is the simulator.
 BACKEND ?= sim
 run: $(STAMP)
-	@if [ "$(BACKEND)" = real ]; then $(PYTHON) -m controlplane.play $(STORY); else $(PYTHON) -m simcluster.play $(STORY); fi
+	@if [ -n "$$KUBECONFIG" ]; then $(PYTHON) -m localknative; \
+	elif [ "$(BACKEND)" = real ]; then $(PYTHON) -m controlplane.play $(STORY); \
+	else $(PYTHON) -m simcluster.play $(STORY); fi
 
 # A real control plane for a person: builds it if needed (Go), starts it in the background, prints KUBECONFIG=...
 cluster: $(STAMP)

@@ -42,7 +42,7 @@ def test_with_kubeconfig_it_watches_that_cluster_in_dry_run():
     with SimCluster(kubevirt_version="1.3.1") as cluster, KubeVirtSim(cluster, step_delay=0.01) as kubevirt:
         env = {k: v for k, v in os.environ.items() if k != "VMEVENTS_ACT"}
         env.update(KUBECONFIG=cluster.kubeconfig(), PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
-        proc = subprocess.Popen([sys.executable, "-m", "simcluster.play"], cwd=REPO, env=env, text=True,
+        proc = subprocess.Popen([sys.executable, "-m", "localknative"], cwd=REPO, env=env, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:
             lines = _lines(proc)
