@@ -10,11 +10,9 @@ and the root CA ConfigMap (see docs/control-plane.md).
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -26,6 +24,7 @@ from pathlib import Path
 import yaml
 
 from controlplane import build, pki
+from localknative.serving import free_port
 
 # What kube-controller-manager runs, and why each (the rest, e.g. node or deployment controllers, have
 # nothing to act on here: no kubelet, no Deployments).
@@ -46,12 +45,6 @@ AUDIT_POLICY = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy",
 
 class ControlPlaneError(RuntimeError):
     """The control plane did not start: the message names the component and where its log is."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass
@@ -230,7 +223,3 @@ def _clean_env() -> dict[str, str]:
     # The components read no KUBECONFIG or proxy settings of the person running them.
     return {k: v for k, v in os.environ.items()
             if k in ("PATH", "HOME", "TMPDIR", "LANG", "TZ")} | {"NO_PROXY": "127.0.0.1,localhost"}
-
-
-def dump_state(plane: ControlPlane, path: Path) -> None:
-    path.write_text(json.dumps(plane.state(), indent=2))

@@ -11,22 +11,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
+from localknative.serving import free_port
 from localknative.sources import PLURALS, guess_plural, label_selector
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def source_config(manifest: Mapping[str, Any], namespaces_of: Callable[[Mapping[str, Any] | None], list[str]]
@@ -81,7 +73,7 @@ class KnativeApiServerSource:
             "KUBECONFIG": self.kubeconfig, "K_SINK": self.sink_url, "K_SOURCE_CONFIG": json.dumps(self.config),
             "SYSTEM_NAMESPACE": "knative-eventing", "NAMESPACE": self.manifest["metadata"].get("namespace", ""),
             "NAME": self.name, "METRICS_DOMAIN": "knative.dev/eventing", "K_LOGGING_CONFIG": "{}",
-            "K_OBSERVABILITY_CONFIG": "{}", "PROFILING_PORT": str(_free_port()),
+            "K_OBSERVABILITY_CONFIG": "{}", "PROFILING_PORT": str(free_port()),
         }
 
     def start(self, timeout: float = 30.0) -> KnativeApiServerSource:
@@ -124,16 +116,3 @@ class KnativeApiServerSource:
             self._reader.join(timeout=5)
         if process.stdout is not None:
             process.stdout.close()
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    def wait_listed(self, timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not self._ready.is_set():
-            time.sleep(0.05)
-
-
-def binary_in(directory: str | os.PathLike) -> Path:
-    return Path(directory) / "apiserver_receive_adapter"
