@@ -571,7 +571,9 @@ class Broker:
 
     def _deliver(self, route: _Route, event: CloudEvent) -> None:
         try:
-            outcome = self._attempts(route.subscriber, event, route.delivery, route.name, False, {"Prefer": "reply"})
+            # Kn-Namespace: the Trigger's namespace, as Knative's broker filter sets it (filter_handler.go send).
+            extra = {"Prefer": "reply", **({"Kn-Namespace": self.namespace} if self.namespace else {})}
+            outcome = self._attempts(route.subscriber, event, route.delivery, route.name, False, extra)
             if outcome is None:
                 return
             failed_dest = route.subscriber

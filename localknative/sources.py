@@ -140,9 +140,11 @@ def label_selector(selector: Mapping[str, Any] | None) -> str | None:
     return ",".join(parts) or None
 
 
-def send_event(url: str, event: CloudEvent, timeout: float = 10.0) -> int | None:
+def send_event(url: str, event: CloudEvent, timeout: float = 10.0,
+               extra_headers: Mapping[str, str] | None = None) -> int | None:
     """POST a binary-mode CloudEvent; the status code, or None on a network error."""
     headers, body = binary_request(event)
+    headers.update(extra_headers or {})
     try:
         return requests.post(url, data=body, headers=headers, timeout=timeout).status_code
     except requests.RequestException as exc:
@@ -180,6 +182,7 @@ class ApiServerSourceAdapter:
     ) -> None:
         self.manifest = manifest
         self.name = manifest["metadata"]["name"]
+        self.namespace = manifest["metadata"].get("namespace") or "default"
         spec = manifest.get("spec") or {}
         self.mode = spec.get("mode") or "Reference"
         if self.mode not in ("Resource", "Reference"):
@@ -326,7 +329,8 @@ class ApiServerSourceAdapter:
 
     def _emit(self, watch_type: str, obj: Mapping[str, Any]) -> None:
         event = make_apiserver_event(watch_type, obj, self.source, self.mode)
-        status = send_event(self.sink_url, event)
+        # Knative's adapter names its own namespace in Kn-Namespace (pkg/adapter/v2/cloudevents.go).
+        status = send_event(self.sink_url, event, extra_headers={"Kn-Namespace": self.namespace})
         if status is not None and not 200 <= status < 300:
             log.error("failed to send cloudevent %s (%s): HTTP %s", event["id"], event["subject"], status)
         with self._lock:
