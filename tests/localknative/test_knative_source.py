@@ -25,7 +25,8 @@ VARYING = {"ce-id", "ce-time", "content-length", "host", "user-agent", "accept-e
 
 
 def manifest(name: str) -> dict:
-    return next(m for m in load_manifests(DEPLOY_DIR) if m["kind"] == "ApiServerSource" and m["metadata"]["name"] == name)
+    return next(m for m in load_manifests(DEPLOY_DIR)
+                if m["kind"] == "ApiServerSource" and m["metadata"]["name"] == name)
 
 
 def test_source_config_is_what_the_knative_controller_writes():
