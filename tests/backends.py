@@ -28,7 +28,7 @@ def real_missing() -> str | None:
     """Why the real backend cannot run here, or None."""
     if os.environ.get("VMEVENTS_BACKENDS", "").strip() == SIM:
         return "VMEVENTS_BACKENDS=sim"
-    if shutil.which("go") is None and not all((build.binary_dir(c) / b).is_file() for c in (build.KUBE, build.ETCD)
+    if shutil.which("go") is None and not all((build.binary_dir(c) / b).is_file() for c in build.ALL
                                                for b in c.binaries):
         return "no Go toolchain: install Go ≥ 1.24 (the control plane is built from Kubernetes' modules)"
     return None
@@ -40,7 +40,7 @@ def params() -> list:
     real = pytest.param(REAL, id=REAL, marks=[pytest.mark.real])
     if missing and not in_ci():
         real = pytest.param(REAL, id=REAL, marks=[pytest.mark.real, pytest.mark.skip(
-            reason=f"real control plane: {missing}; run `make cluster` once to build it")])
+            reason=f"real control plane: {missing}")])
     return [pytest.param(SIM, id=SIM), real]
 
 
