@@ -223,6 +223,7 @@ class Store:
     def __post_init__(self):
         self._objects: dict[ResourceType, dict[tuple, dict]] = {rt: {} for rt in RESOURCES}
         self._event_written: dict[tuple, float] = {}
+        self._expiry_checked = 0.0
         self._rv = 0
         self._history: deque[WatchEvent] = deque(maxlen=self.history_size)
         self._floor = 0   # every change after this resourceVersion is still in the history
@@ -293,11 +294,16 @@ class Store:
         gone event_ttl after it was last written (pkg/registry/core/event/storage: TTLFunc)."""
         if self.event_ttl is None:
             return
-        rt = type_for_kind("v1", "Event")
         now = time.monotonic()
+        if now - self._expiry_checked < EXPIRY_CHECK_INTERVAL:  # reads are many; expiry needs no finer grain
+            return
+        self._expiry_checked = now
+        rt = type_for_kind("v1", "Event")
         for key, written in list(self._event_written.items()):
-            if now - written >= self.event_ttl and key in self._objects[rt]:
-                del self._event_written[key]
+            if now - written < self.event_ttl:
+                continue
+            del self._event_written[key]
+            if key in self._objects[rt]:  # not deleted by hand meanwhile
                 self._remove(rt, self._objects[rt][key])
 
     # -- writes --------------------------------------------------------------------------------------------------
@@ -601,6 +607,9 @@ def _check_pod_update(rt: ResourceType, current: dict, new: dict) -> None:
                        "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only "
                        "additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be "
                        "set to 1 if it was previously negative)"}])
+
+
+EXPIRY_CHECK_INTERVAL = 0.25  # seconds between two looks for expired Events
 
 
 def _check_event_namespace(rt: ResourceType, event: dict) -> None:
