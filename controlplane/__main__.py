@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -27,11 +28,12 @@ def _state_file() -> Path:
 
 
 def _alive(pid: int) -> bool:
+    """The process is running and is one of ours (a pid from an old state file may belong to another now)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
         return False
-    return True
+    return any(name in command for name in (b"etcd", b"kube-apiserver", b"kube-controller-manager"))
 
 
 def up(event_ttl: str, kubevirt_version: str) -> int:
@@ -44,11 +46,15 @@ def up(event_ttl: str, kubevirt_version: str) -> int:
         return 0
     _stop(state)
     workdir = _state_dir() / "run"
+    shutil.rmtree(workdir, ignore_errors=True)  # a crashed run's etcd data would not match fresh certificates
     started = time.monotonic()
     plane = ControlPlane(event_ttl=event_ttl, workdir=workdir)
     plane.start(say=lambda text: print(text, file=sys.stderr, flush=True))
-    cluster = RealCluster(plane, kubevirt_version).start()
-    cluster.stop()
+    try:
+        RealCluster(plane, kubevirt_version).start().stop()
+    except BaseException:
+        plane.remove()
+        raise
     _state_file().write_text(json.dumps(plane.state(), indent=2))
     plane.processes.clear()  # they keep running after this process exits: `down` stops them
     print(f"control plane ready in {time.monotonic() - started:.1f}s (kube-apiserver {build.KUBE.version}, "
@@ -83,8 +89,6 @@ def _stop(state: dict | None) -> None:
 
 
 def down() -> int:
-    import shutil
-
     state = _read_state()
     if not state:
         print("no control plane is running")
@@ -113,7 +117,7 @@ def prepare() -> int:
         if os.environ.get("CI", "").lower() == "true":
             print("controlplane: CI=true but no `go` on PATH: the real-control-plane tests cannot run", file=sys.stderr)
             return 1
-        print("real control plane: not built (no Go on PATH); its tests will skip. Install Go >= 1.24 to run them.")
+        print("real control plane: not built (no Go on PATH); its tests will skip. Install Go >= 1.25 to run them.")
         return 0
     return build.main()
 

@@ -81,7 +81,7 @@ def ensure(component: Component, say=lambda text: None) -> Path:
     go = go_available()
     if not go:
         raise BuildError(f"cannot build {component.name} {component.version}: no `go` on PATH "
-                         "(install Go 1.24 or newer)")
+                         "(install Go 1.25 or newer)")
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f".{component.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two test sessions building at once: the second waits, then reuses

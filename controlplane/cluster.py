@@ -29,10 +29,8 @@ SA_PREFIX = "system:serviceaccount:"
 # Namespaces a fresh control plane has, kept across worlds ("default" and "vmevents" are emptied, the
 # vmevents install in them re-applied; "kubevirt" too).
 SYSTEM_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease", "vmevents", "kubevirt"}
-# Kinds a reset keeps: the install (deploy/) and the cluster's own objects.
-KEEP_KINDS = {"Namespace", "ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding",
-              "CustomResourceDefinition", "Service", "Broker", "Trigger", "ApiServerSource", "PingSource",
-              "ConfigMap", "Secret", "KubeVirt", "Node"}
+# Kinds of simcluster.store.RESOURCES a reset keeps (the rest are what tests and functions create).
+KEEP_KINDS = {"Namespace", "KubeVirt", "Node"}
 ADMIN_USER = "vmevents-admin"
 _PATCH_TYPES = {"merge": "application/merge-patch+json", "json": "application/json-patch+json",
                 "strategic": "application/strategic-merge-patch+json"}
@@ -210,10 +208,20 @@ class RealCluster:
         with open(self.plane.audit_log, "rb") as log:
             log.seek(self._audit_offset)
             for line in log:
+                if not line.endswith(b"\n"):  # being written right now: it is read next time
+                    break
                 record = _audit_record(json.loads(line))
                 if record is not None:
                     records.append(record)
         return records
+
+    def listed_by(self, service_account: str, manifest: dict) -> bool:
+        """Whether this ServiceAccount's first LIST of every resource an ApiServerSource watches was answered."""
+        wanted = {(r["apiVersion"].rpartition("/")[0], type_for_kind(r["apiVersion"], r["kind"]).plural)
+                  for r in (manifest.get("spec") or {}).get("resources") or []}
+        done = {(r.api_group, r.resource) for r in self.requests
+                if r.service_account == service_account and r.verb == "list" and r.status == 200}
+        return wanted <= done
 
     def clear_requests(self) -> None:
         self._audit_offset = self.plane.audit_log.stat().st_size if self.plane.audit_log.exists() else 0

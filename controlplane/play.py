@@ -19,8 +19,8 @@ class RealBackend:
     def __init__(self) -> None:
         from controlplane.server import ControlPlane
 
-        self.plane = ControlPlane().start(say=lambda text: print(text, file=sys.stderr, flush=True))
         self.apiserversource_binary = build.ensure(build.KNATIVE) / "apiserver_receive_adapter"
+        self.plane = ControlPlane().start(say=lambda text: print(text, file=sys.stderr, flush=True))
 
     def cluster(self, kubevirt_version: str):
         from controlplane.cluster import RealCluster

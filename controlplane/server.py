@@ -54,6 +54,8 @@ class ControlPlane:
     event_ttl: str = "1h"
     workdir: Path | None = None
     controller_manager: bool = True
+    # Tests: the processes get SIGKILL when the process that started them dies (a killed CI run leaves none).
+    die_with_parent: bool = False
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     def start(self, timeout: float = 120.0, say=lambda text: None) -> ControlPlane:
@@ -84,7 +86,8 @@ class ControlPlane:
     def _spawn(self, name: str, argv: list[str], env: dict | None = None) -> subprocess.Popen:
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - lives as long as the process
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env=env or _clean_env(), start_new_session=True)
+                                   env=env or _clean_env(), start_new_session=True,
+                                   preexec_fn=_die_with_parent if self.die_with_parent else None)
         log.close()
         self.processes[name] = process
         return process
@@ -217,6 +220,13 @@ class ControlPlane:
     def state(self) -> dict:
         return {"url": self.url, "workdir": str(self.workdir), "kubeconfig": str(self.admin_kubeconfig),
                 "pids": {n: p.pid for n, p in self.processes.items()}, "event_ttl": self.event_ttl}
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: prctl(PR_SET_PDEATHSIG, SIGKILL), so it dies with its parent."""
+    import ctypes
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
 
 
 def _clean_env() -> dict[str, str]:

@@ -1,6 +1,6 @@
 """`make run` with KUBECONFIG set: every function, the broker and the sources of deploy/, run locally against that
-cluster until Ctrl-C, printing the timeline. A dry run unless VMEVENTS_ACT=true (the functions then act with the
-kubeconfig's own credentials); `python -m localknative`.
+cluster until Ctrl-C, printing the timeline, with the kubeconfig's own credentials; `python -m localknative`.
+vmi-cleanup only says what it would do unless VMEVENTS_ACT=true; the reporting functions do record their Events.
 """
 from __future__ import annotations
 

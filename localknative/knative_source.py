@@ -14,6 +14,7 @@ import signal
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -53,7 +54,11 @@ class KnativeApiServerSource:
 
     def __init__(self, manifest: Mapping[str, Any], binary: str | os.PathLike, kubeconfig: str | os.PathLike,
                  sink_url: str, namespaces_of: Callable[[Mapping[str, Any] | None], list[str]],
-                 on_log: Callable[[str], None] | None = None) -> None:
+                 on_log: Callable[[str], None] | None = None,
+                 listed: Callable[[Mapping[str, Any]], bool] | None = None) -> None:
+        """listed(manifest): True once the adapter's first LIST of every resource has been answered (the caller
+        can see the API server's side; the adapter logs nothing then). From that point on no change is missed:
+        its watches start from that LIST's resourceVersion."""
         self.manifest = manifest
         self.name = manifest["metadata"]["name"]
         self.binary = str(binary)
@@ -61,6 +66,7 @@ class KnativeApiServerSource:
         self.sink_url = sink_url
         self.config = source_config(manifest, namespaces_of)
         self.on_log = on_log
+        self.listed = listed
         self.errors: list[str] = []
         self.lines: list[str] = []
         self._process: subprocess.Popen | None = None
@@ -82,7 +88,14 @@ class KnativeApiServerSource:
                                          start_new_session=True)
         self._reader = threading.Thread(target=self._read, daemon=True, name=f"knative-source-{self.name}")
         self._reader.start()
-        if not self._ready.wait(timeout):
+        deadline = time.monotonic() + timeout
+        ready = self._ready.wait(timeout)
+        while ready and self.listed is not None and not self.listed(self.manifest):
+            if time.monotonic() > deadline or self._process.poll() is not None:
+                ready = False
+                break
+            time.sleep(0.05)
+        if not ready or self._process.poll() is not None:
             self.stop()
             raise RuntimeError(f"Knative's ApiServerSource adapter for {self.name} did not start watching in "
                                f"{timeout:.0f}s; its output:\n" + "".join(self.lines[-40:]))

@@ -94,6 +94,7 @@ class LocalKnative:
         repo: str | os.PathLike = REPO,
         apiserversource_binary: str | os.PathLike | None = None,
         namespaces_of: Callable[[Mapping[str, Any] | None], list[str]] | None = None,
+        source_listed: Callable[[Mapping[str, Any]], bool] | None = None,
     ) -> None:
         self.manifests = manifests
         self.kubeconfig_for = kubeconfig_for
@@ -110,6 +111,7 @@ class LocalKnative:
         # Knative's own receive adapter (localknative.knative_source) instead of our stand-in, when given.
         self.apiserversource_binary = apiserversource_binary
         self.namespaces_of = namespaces_of
+        self.source_listed = source_listed
         self.functions: dict[str, FunctionServer] = {}
         self.sources: dict[str, ApiServerSourceAdapter | KnativeApiServerSource] = {}
         self.pings: dict[str, PingSourceAdapter] = {}
@@ -196,7 +198,8 @@ class LocalKnative:
                 if self.namespaces_of is None:
                     raise ValueError("Knative's adapter needs namespaces_of (to resolve namespaceSelector)")
                 adapter = KnativeApiServerSource(src, self.apiserversource_binary, self.kubeconfig_for(sa),
-                                                 self.resolve(spec["sink"]), self.namespaces_of)
+                                                 self.resolve(spec["sink"]), self.namespaces_of,
+                                                 listed=self.source_listed)
             else:
                 adapter = ApiServerSourceAdapter(src, self.api_client_for(sa), self.resolve(spec["sink"]),
                                                  self.api_server_url)

@@ -423,11 +423,8 @@ class _Handler(BaseHTTPRequestHandler):
                                          "status": "Success", "code": 201})
         if route.name:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
-        obj = _object_body(body)
-        if (obj.get("metadata") or {}).get("resourceVersion"):
-            # etcd3 store.Create refuses it; kube-apiserver answers 500 (seen on v1.33).
-            raise ApiError(500, "InternalError", "resourceVersion should not be set on objects to be created")
-        return self._send_json(201, self._store.create(route.rt, route.namespace or None, obj))
+        return self._send_json(201, self._store.create(route.rt, route.namespace or None, _object_body(body),
+                                                       refuse_resource_version=True))
 
     def _update(self, route: Route, query: dict, body: Any) -> int:
         updated = self._store.update(route.rt, route.namespace or None, route.name, _object_body(body),
@@ -688,7 +685,9 @@ class SimCluster:
         return f"http://{host}:{port}"
 
     def _seed(self):
-        for namespace in dict.fromkeys(("default", self.kubevirt_namespace, "vmevents")):
+        # The namespaces every cluster has, then KubeVirt's and ours.
+        for namespace in dict.fromkeys(("default", "kube-system", "kube-public", "kube-node-lease",
+                                        self.kubevirt_namespace, "vmevents")):
             self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
         self.create({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
                      "metadata": {"name": "kubevirt", "namespace": self.kubevirt_namespace},

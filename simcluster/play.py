@@ -76,13 +76,19 @@ def stage(title: str, *, kubevirt_version: str = "1.3.1", env_overrides: dict | 
                                on_log=timeline.on_log, apiserversource_binary=BACKEND.apiserversource_binary,
                                namespaces_of=lambda selector: [
                                    n["metadata"]["name"] for n in cluster.list(
-                                       "v1", "Namespace", label_selector=label_selector(selector))]).start()
+                                       "v1", "Namespace", label_selector=label_selector(selector))],
+                               source_listed=(lambda m: cluster.listed_by(_source_account(m), m))
+                               if BACKEND.apiserversource_binary else None).start()
         yield Stage(cluster, kubevirt, knative, timeline)
     finally:
         if knative:
             knative.stop()
         kubevirt.stop()
         cluster.stop()
+
+
+def _source_account(manifest: dict) -> str:
+    return f"{manifest['metadata']['namespace']}/{manifest['spec'].get('serviceAccountName') or 'default'}"
 
 
 def virtctl_start(cluster, namespace: str, name: str) -> None:

@@ -308,18 +308,24 @@ class Store:
 
     # -- writes --------------------------------------------------------------------------------------------------
 
-    def create(self, rt: ResourceType, namespace: str | None, obj: dict, keep_status: bool = False) -> dict:
+    def create(self, rt: ResourceType, namespace: str | None, obj: dict, keep_status: bool = False,
+               refuse_resource_version: bool = False) -> dict:
+        """refuse_resource_version: a posted metadata.resourceVersion is an error (HTTP), not dropped (set-up)."""
         obj = clone(obj)
         meta = obj.setdefault("metadata", {})
         with self.cond:
             self._check_namespace(rt, namespace, meta)
+            # NamespaceLifecycle is admission (Lifecycle.Admit): it answers before the object's own validation.
+            self._check_namespace_lifecycle(rt, meta)
             if rt.kind == "Event" and rt.group == "":
                 _check_event_namespace(rt, obj)
+            given_version = meta.get("resourceVersion")
             self._prepare_create(rt, obj, keep_status)
             obj = self.validate(rt, obj)
+            if refuse_resource_version and given_version:
+                # etcd3 store.Create, after admission and validation; kube-apiserver answers 500 (seen on v1.33).
+                raise ApiError(500, "InternalError", "resourceVersion should not be set on objects to be created")
             meta = obj["metadata"]
-            # Admission (NamespaceLifecycle) runs after the strategy's validation (registry Store.Create).
-            self._check_namespace_lifecycle(rt, meta)
             if not meta.get("name"):
                 meta["name"] = self._generated_name(rt, meta)
             self._check_name(rt, meta["name"])
@@ -443,6 +449,9 @@ class Store:
         """What kube-apiserver and the namespace controller do together: the namespace turns Terminating, its
         content is deleted (objects with finalizers wait for them), and it goes once it is empty."""
         name = stored["metadata"]["name"]
+        if name in UNDELETABLE_NAMESPACES:  # plugin/pkg/admission/namespace/lifecycle immortalNamespaces
+            raise ApiError(403, "Forbidden", f'namespaces "{name}" is forbidden: this namespace may not be deleted',
+                           {"name": name, "kind": "namespaces"})
         if not stored["metadata"].get("deletionTimestamp"):
             marked = clone(stored)
             marked["metadata"]["deletionTimestamp"] = now_rfc3339()
@@ -609,6 +618,7 @@ def _check_pod_update(rt: ResourceType, current: dict, new: dict) -> None:
                        "set to 1 if it was previously negative)"}])
 
 
+UNDELETABLE_NAMESPACES = ("default", "kube-system", "kube-public")
 EXPIRY_CHECK_INTERVAL = 0.25  # seconds between two looks for expired Events
 
 

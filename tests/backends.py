@@ -30,7 +30,7 @@ def real_missing() -> str | None:
         return "VMEVENTS_BACKENDS=sim"
     if shutil.which("go") is None and not all((build.binary_dir(c) / b).is_file() for c in build.ALL
                                                for b in c.binaries):
-        return "no Go toolchain: install Go ≥ 1.24 (the control plane is built from Kubernetes' modules)"
+        return "no Go toolchain: install Go ≥ 1.25 (the control plane is built from Kubernetes' modules)"
     return None
 
 
@@ -53,7 +53,7 @@ def control_plane():
         from controlplane.server import ControlPlane
 
         try:
-            _plane = ControlPlane(event_ttl=os.environ.get("VMEVENTS_EVENT_TTL", "1h")).start()
+            _plane = ControlPlane(event_ttl=os.environ.get("VMEVENTS_EVENT_TTL", "1h"), die_with_parent=True).start()
         except Exception as exc:  # noqa: BLE001 - a failed build or start fails every real test, once each
             _failure = f"the real control plane did not start: {exc}"
             pytest.fail(_failure)

@@ -20,6 +20,7 @@ from controlplane import build
 from localknative.runtime import LocalKnative, load_manifests
 from simcluster.kubevirt import KubeVirtSim
 from simcluster.paths import DEPLOY_DIR
+from simcluster.play import _source_account
 from tests import backends
 
 UPDATE = "dev.knative.apiserver.resource.update"
@@ -81,10 +82,14 @@ class World:
                 time_scale=time_scale,
                 apiserversource_binary=adapter,
                 namespaces_of=self._namespaces,
+                source_listed=self._source_listed if use_knative else None,
             ).start()
         except BaseException:
             self.stop()
             raise
+
+    def _source_listed(self, manifest) -> bool:
+        return self.cluster.listed_by(_source_account(manifest), manifest)
 
     def _namespaces(self, selector) -> list[str]:
         from localknative.sources import label_selector

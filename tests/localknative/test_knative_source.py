@@ -62,9 +62,11 @@ def test_the_stand_in_sends_what_knatives_adapter_sends(cluster):
     knative = KnativeApiServerSource(source, build.ensure(build.KNATIVE) / "apiserver_receive_adapter",
                                      cluster.kubeconfig(sa), theirs.url,
                                      namespaces_of=lambda _: [n["metadata"]["name"]
-                                                              for n in cluster.list("v1", "Namespace")])
+                                                              for n in cluster.list("v1", "Namespace")],
+                                     listed=lambda m: cluster.listed_by(sa, m))
     stand_in = ApiServerSourceAdapter(source, cluster.api_client(sa), ours.url, cluster.url)
     try:
+        cluster.clear_requests()
         knative.start()
         stand_in.start()
         created = cluster.create(make_vmi("compared", phase="Running", finished=None))

@@ -377,6 +377,7 @@ def test_schema_prunes_unknown_fields_and_checks_longhorn_kinds(cluster, custom)
     vm = custom.create_namespaced_custom_object(*KV, "default", "virtualmachines",
                                                 make_vm("vm1", runStrategyy="Always"))
     assert "runStrategyy" not in vm["spec"]  # pruned silently, as the server-default fieldValidation does
+    cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "longhorn-system"}})
     with pytest.raises(ApiException) as invalid:
         custom.create_namespaced_custom_object("longhorn.io", "v1beta2", "longhorn-system", "volumes", {
             "apiVersion": "longhorn.io/v1beta2", "kind": "Volume", "metadata": {"name": "pvc-1"},

@@ -80,6 +80,18 @@ def test_an_event_lives_in_its_objects_namespace(cluster):
     assert status_code(lambda: k.create(EVENT, "default", event("right-ns"))) == 200
 
 
+def test_namespace_lifecycle_answers_before_validation(cluster):
+    """NamespaceLifecycle is admission, which runs before the object's own validation."""
+    bad = vm("invalid", "nowhere-either")
+    bad["spec"]["runStrategy"] = 5
+    assert status_code(lambda: kube(cluster).create(VM, "nowhere-either", bad)) == 404
+
+
+def test_the_initial_namespaces_cannot_be_deleted(cluster):
+    for name in ("default", "kube-system", "kube-public"):
+        assert status_code(lambda n=name: kube(cluster).request("DELETE", f"/api/v1/namespaces/{n}")) == 403
+
+
 def test_nothing_is_created_in_a_missing_or_terminating_namespace(cluster):
     k = kube(cluster)
     assert status_code(lambda: k.create(VM, "nowhere", vm("x", "nowhere"))) == 404
@@ -116,11 +128,13 @@ def short_ttl(request):
 
     if backends.real_missing() and not backends.in_ci():
         pytest.skip(backends.real_missing())
-    plane = ControlPlane(event_ttl="4s", controller_manager=False).start()
-    c = RealCluster(plane, "1.3.1").start()
-    yield c
-    c.stop()
-    plane.remove()
+    plane = ControlPlane(event_ttl="4s", controller_manager=False, die_with_parent=True).start()
+    try:
+        c = RealCluster(plane, "1.3.1").start()
+        yield c
+        c.stop()
+    finally:
+        plane.remove()
 
 
 def test_events_expire_a_ttl_after_their_last_write(short_ttl):
