@@ -212,8 +212,11 @@ def classify(report: dict, facts: Facts, state: dict) -> tuple[str, str, int | N
             if took is not None and budget and took >= budget - 2:
                 return "completion-timeout", f"ran {took} s, the budget is {budget} s", None
             return "progress-stall", "aborted before its completion budget ran out: the progress timeout", None
-        if read.category == "aborted" or "target pod is down" in text:
-            if "target pod is down" in text:
+        # Older virt-controllers write "target pod is down", newer ones "Target pod is down" (its migration
+        # controller's failureReason): compare without case.
+        target_down = "target pod is down" in text.lower()
+        if read.category == "aborted" or target_down:
+            if target_down:
                 return "target-pod-removed", text, None
             return "aborted", "the libvirt job was cancelled (an abort was requested)", None
         detail = text if read.category == "libvirt-error" else text.strip()

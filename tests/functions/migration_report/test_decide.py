@@ -228,6 +228,7 @@ ROWS += [
         {"type": "AbortRequested", "status": "True"}]}), "aborted"),
     ("vmi-gone-no-events", dict(took=20, vmi=False), "vmi-shutdown"),
     ("target-pod-down-in-reason", dict(version="1.1", took=5, reason=" target pod is down"), "target-pod-removed"),
+    ("target-pod-down-capitalised", dict(version="1.8", took=5, reason="Target pod is down"), "target-pod-removed"),
 ]
 
 
