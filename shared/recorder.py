@@ -46,8 +46,35 @@ class Recorder:
             log.warning("could not record Event %s on %s/%s: %s", reason,
                         involved["metadata"].get("namespace"), involved["metadata"]["name"], exc.message)
 
+    def record_once(self, involved: dict, event_type: str, reason: str, message: str, now: datetime, *,
+                    annotations: dict[str, str] | None = None) -> dict | None:
+        """Record an Event that marks a one-time transition: None when this call recorded it (or could not:
+        best-effort, as record), else the Event someone recorded before, whose count stays as it is."""
+        body = self._body(involved, event_type, reason, message, now, annotations)
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        try:
+            self.kube.create(EVENT, namespace, body)
+        except Conflict:  # AlreadyExists
+            try:
+                return self.kube.get(EVENT, namespace, name)
+            except VmeventsError as exc:
+                log.warning("could not read back Event %s/%s: %s", namespace, name, exc.message)
+        except VmeventsError as exc:
+            log.warning("could not record Event %s on %s/%s: %s", reason, namespace, involved["metadata"]["name"],
+                        exc.message)
+        return None
+
     def _record(self, involved: dict, event_type: str, reason: str, message: str, now: datetime,
                 annotations: dict[str, str] | None = None) -> None:
+        body = self._body(involved, event_type, reason, message, now, annotations)
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        try:
+            self.kube.create(EVENT, namespace, body)
+        except Conflict:  # AlreadyExists: the same Event again
+            self._count_again(namespace, name, body, body["lastTimestamp"])
+
+    def _body(self, involved: dict, event_type: str, reason: str, message: str, now: datetime,
+              annotations: dict[str, str] | None) -> dict:
         meta = involved["metadata"]
         namespace = meta.get("namespace") or "default"
         name = event_name(involved, event_type, reason, message)
@@ -64,10 +91,7 @@ class Recorder:
             "reportingComponent": f"vmevents.io/{self.component}",
             "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
         }
-        try:
-            self.kube.create(EVENT, namespace, body)
-        except Conflict:  # AlreadyExists: the same Event again
-            self._count_again(namespace, name, body, stamp)
+        return body
 
     def _count_again(self, namespace: str, name: str, body: dict, stamp: str) -> None:
         """count + 1 on the existing Event. Two deliveries may do this at once: the resourceVersion

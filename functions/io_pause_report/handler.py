@@ -51,6 +51,7 @@ VMI_UID = "vmevents.io/io-pause-vmi-uid"         # the VMI instance the episode 
 BASELINE = "vmevents.io/io-pause-baseline"       # KubeVirt's IOerror count before the episode began
 FINAL_COUNT = "vmevents.io/io-pause-kubevirt-count"  # on the resolved Event: KubeVirt's count at the end
 VOLUMES = "vmevents.io/io-pause-volumes"         # the volumes reported (JSON): `.resolved` names the same ones
+RESOLVED_BY = "vmevents.io/io-pause-resolved-by"  # on the resolved Event: the id of the event that recorded it
 
 _NO_SPACE = re.compile(r"not enough space|no space|insufficient storage", re.IGNORECASE)
 _KUBEVIRT_VOLUME = re.compile(r"(?:at the volume|on volume): (\S+)")
@@ -59,14 +60,14 @@ _KUBEVIRT_VOLUME = re.compile(r"(?:at the volume|on volume): (\S+)")
 # -- the flow -------------------------------------------------------------------------------------
 def on_event(event: Incoming, ctx: KubeContext[Settings]) -> Outcome:
     if event.family == "ping":
-        return rescan(ctx)
+        return rescan(ctx, event.id)
     found = target(event)
     if found is None:
         return Outcome("irrelevant", subject=event.subject)
-    return converge(found, ctx)
+    return converge(found, ctx, delivery=event.id)
 
 
-def rescan(ctx: KubeContext[Settings]) -> Outcome:
+def rescan(ctx: KubeContext[Settings], delivery: str) -> Outcome:
     """VMIs still paused on an IO error (stuck? a missed event?), then every open episode (ended?)."""
     findings: list[dict] = []
     failures: list[TemporaryError] = []
@@ -78,7 +79,7 @@ def rescan(ctx: KubeContext[Settings]) -> Outcome:
             return
         seen.add((found.namespace, found.name))
         try:
-            outcome = converge(found, ctx, listed)
+            outcome = converge(found, ctx, listed, delivery)
         except TemporaryError as exc:
             failures.append(exc)
             return
@@ -103,9 +104,10 @@ def rescan(ctx: KubeContext[Settings]) -> Outcome:
     return Outcome("rescan", effect=f"reported-{len(findings)}", reason=reason, reply=reply)
 
 
-def converge(found: Target, ctx: KubeContext[Settings], listed: dict | None = None) -> Outcome:
+def converge(found: Target, ctx: KubeContext[Settings], listed: dict | None = None, delivery: str = "") -> Outcome:
     """Read fresh, decide, record. Nothing but Events is ever written, so there is nothing to retry.
-    `listed` is the VMI as the re-scan's list just returned it (not read again); None: read it."""
+    `listed` is the VMI as the re-scan's list just returned it (not read again); None: read it.
+    `delivery`: the id of the event being handled (a redelivery of it answers as it did)."""
     vmi = listed if listed is not None else ctx.kube.get(VMI, found.namespace, found.name)
     events = list(ctx.kube.list(EVENT, found.namespace, field_selector=f"involvedObject.name={found.name}"))
     subject = VMI.path(found.namespace, found.name)
@@ -119,7 +121,7 @@ def converge(found: Target, ctx: KubeContext[Settings], listed: dict | None = No
     volumes = fetch_volumes(ctx, vmi, errors) if vmi is not None else ()
     facts = Facts(volumes, errors, baseline_after_last_episode(events, involved, vmi))
     verdict = decide(vmi, facts, episode, ctx.settings, ctx.clock())
-    return act(verdict, facts, found, vmi, involved, episode, ctx)
+    return act(verdict, facts, found, vmi, involved, episode, ctx, delivery)
 
 
 # -- parse: which VMI is this event about? (no API calls) ------------------------------------------
@@ -311,7 +313,7 @@ def _int(value) -> int:
 
 # -- act: record the Event, and reply --------------------------------------------------------------
 def act(verdict: Verdict, facts: Facts, found: Target, vmi: dict | None, involved: dict, episode: Episode | None,
-        ctx: KubeContext[Settings]) -> Outcome:
+        ctx: KubeContext[Settings], delivery: str = "") -> Outcome:
     subject = VMI.path(found.namespace, found.name)
     now = ctx.clock()
     if verdict.action is Action.COUNT and episode is not None:
@@ -324,8 +326,13 @@ def act(verdict: Verdict, facts: Facts, found: Target, vmi: dict | None, involve
     message = event_message(verdict, vmi_name, advised)
     if verdict.action is Action.RESOLVE:
         notes = {EPISODE: verdict.episode_start or "", VMI_UID: episode.vmi_uid if episode else "",
-                 FINAL_COUNT: str(verdict.kubevirt_total)}
-        ctx.recorder.record(involved, "Normal", RESOLVED_REASON, message, now, annotations=notes)
+                 FINAL_COUNT: str(verdict.kubevirt_total), RESOLVED_BY: delivery}
+        # The end is announced once: two deliveries racing to it record one Event, and only the one that
+        # recorded it (or a redelivery of that event) replies.
+        earlier = ctx.recorder.record_once(involved, "Normal", RESOLVED_REASON, message, now, annotations=notes)
+        if earlier is not None and kv.annotations_of(earlier).get(RESOLVED_BY) != delivery:
+            return Outcome(verdict.action.value, effect="already-resolved", subject=subject,
+                           reason="another delivery already announced the end of this episode")
     else:
         uid = kv.meta(vmi).get("uid") if vmi else (episode.vmi_uid if episode else "")
         notes = {EPISODE: verdict.episode_start or "", CATEGORY: named(verdict.category), VMI_UID: uid or "",

@@ -29,3 +29,19 @@ def test_a_different_message_is_another_event():
         recorder.record(VM, "Normal", "Test", "one thing", NOW)
         recorder.record(VM, "Normal", "Test", "another thing", NOW)
         assert sorted(e["message"] for e in cluster.list("v1", "Event", "default")) == ["another thing", "one thing"]
+
+
+def test_a_transition_is_recorded_once_even_when_deliveries_race():
+    """record_once: exactly one racer records the Event (None); every other gets that Event back, uncounted."""
+    with SimCluster() as cluster:
+        recorders = [Recorder(Kube(cluster.api_client(service_account="vmevents/io-pause-report")), "io-pause-report")
+                     for _ in range(4)]
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(lambda r: r.record_once(VM, "Normal", "Resolved", "it ended", NOW,
+                                                            annotations={"by": str(id(r))}), recorders))
+        assert results.count(None) == 1
+        [event] = cluster.list("v1", "Event", "default")
+        assert event["count"] == 1
+        assert all(r["metadata"]["uid"] == event["metadata"]["uid"] for r in results if r is not None)
+        winner = recorders[results.index(None)]
+        assert event["metadata"]["annotations"] == {"by": str(id(winner))}
