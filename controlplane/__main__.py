@@ -112,8 +112,7 @@ def status() -> int:
 def prepare() -> int:
     """Before the tests (`make test`): build the control plane if Go is here, so no test waits on a cold build.
     Without Go the real-backend tests skip, saying so once; with CI=true a missing Go is an error."""
-    if build.go_available() is None and not all(
-            (build.binary_dir(c) / b).is_file() for c in build.ALL for b in c.binaries):
+    if not build.buildable():
         if os.environ.get("CI", "").lower() == "true":
             print("controlplane: CI=true but no `go` on PATH: the real-control-plane tests cannot run", file=sys.stderr)
             return 1

@@ -73,6 +73,11 @@ def go_available() -> str | None:
     return shutil.which("go")
 
 
+def buildable() -> bool:
+    """Go is here, or every binary is already cached: the control plane can be had without building."""
+    return go_available() is not None or all((binary_dir(c) / b).is_file() for c in ALL for b in c.binaries)
+
+
 def ensure(component: Component, say=lambda text: None) -> Path:
     """The folder holding the component's binaries, building them first if they are not cached."""
     target = binary_dir(component)

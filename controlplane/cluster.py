@@ -258,12 +258,8 @@ class RealCluster:
             raise RealClusterError(f"{method} {path}: {response.status}: {response.data[:2000]!r}")
         return json.loads(response.data) if response.data else None
 
-    @staticmethod
-    def _path(api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:
-        rt = type_for_kind(api_version, kind)
-        base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-        scoped = f"/namespaces/{namespace}" if rt.namespaced and namespace else ""
-        return f"{base}{scoped}/{rt.plural}" + (f"/{name}" if name else "")
+    def _path(self, api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:
+        return self._rt_path(type_for_kind(api_version, kind), namespace, name)
 
     def ensure(self, obj: dict) -> dict:
         meta = obj["metadata"]

@@ -74,9 +74,7 @@ def stage(title: str, *, kubevirt_version: str = "1.3.1", env_overrides: dict | 
                                api_server_url=cluster.url, env_overrides=env_overrides or {},
                                ping_interval=ping_interval, on_delivery=timeline.on_delivery,
                                on_log=timeline.on_log, apiserversource_binary=BACKEND.apiserversource_binary,
-                               namespaces_of=lambda selector: [
-                                   n["metadata"]["name"] for n in cluster.list(
-                                       "v1", "Namespace", label_selector=label_selector(selector))],
+                               namespaces_of=namespaces_of(cluster),
                                source_listed=(lambda m: cluster.listed_by(_source_account(m), m))
                                if BACKEND.apiserversource_binary else None).start()
         yield Stage(cluster, kubevirt, knative, timeline)
@@ -85,6 +83,12 @@ def stage(title: str, *, kubevirt_version: str = "1.3.1", env_overrides: dict | 
             knative.stop()
         kubevirt.stop()
         cluster.stop()
+
+
+def namespaces_of(cluster):
+    """What Knative's controller resolves an ApiServerSource's namespaceSelector to, on this cluster."""
+    return lambda selector: [n["metadata"]["name"]
+                             for n in cluster.list("v1", "Namespace", label_selector=label_selector(selector))]
 
 
 def _source_account(manifest: dict) -> str:

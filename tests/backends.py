@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import shutil
 
 import pytest
 
@@ -28,8 +27,7 @@ def real_missing() -> str | None:
     """Why the real backend cannot run here, or None."""
     if os.environ.get("VMEVENTS_BACKENDS", "").strip() == SIM:
         return "VMEVENTS_BACKENDS=sim"
-    if shutil.which("go") is None and not all((build.binary_dir(c) / b).is_file() for c in build.ALL
-                                               for b in c.binaries):
+    if not build.buildable():
         return "no Go toolchain: install Go ≥ 1.25 (the control plane is built from Kubernetes' modules)"
     return None
 

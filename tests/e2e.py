@@ -20,7 +20,7 @@ from controlplane import build
 from localknative.runtime import LocalKnative, load_manifests
 from simcluster.kubevirt import KubeVirtSim
 from simcluster.paths import DEPLOY_DIR
-from simcluster.play import _source_account
+from simcluster.play import _source_account, namespaces_of
 from tests import backends
 
 UPDATE = "dev.knative.apiserver.resource.update"
@@ -81,7 +81,7 @@ class World:
                 env_overrides=env_overrides,
                 time_scale=time_scale,
                 apiserversource_binary=adapter,
-                namespaces_of=self._namespaces,
+                namespaces_of=namespaces_of(self.cluster),
                 source_listed=self._source_listed if use_knative else None,
             ).start()
         except BaseException:
@@ -90,12 +90,6 @@ class World:
 
     def _source_listed(self, manifest) -> bool:
         return self.cluster.listed_by(_source_account(manifest), manifest)
-
-    def _namespaces(self, selector) -> list[str]:
-        from localknative.sources import label_selector
-
-        return [n["metadata"]["name"] for n in self.cluster.list("v1", "Namespace",
-                                                                 label_selector=label_selector(selector))]
 
     def stop(self):
         for part in (self.knative, self.kubevirt, self.cluster):

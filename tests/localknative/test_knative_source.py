@@ -15,6 +15,7 @@ from localknative.sources import ApiServerSourceAdapter
 from simcluster.alertmanager import Receiver
 from simcluster.builders.kubevirt import make_vmi
 from simcluster.paths import DEPLOY_DIR
+from simcluster.play import namespaces_of
 from tests import backends
 
 pytestmark = [pytest.mark.real, pytest.mark.skipif(backends.real_missing() is not None and not backends.in_ci(),
@@ -61,8 +62,7 @@ def test_the_stand_in_sends_what_knatives_adapter_sends(cluster):
     theirs, ours = Receiver().start(), Receiver().start()
     knative = KnativeApiServerSource(source, build.ensure(build.KNATIVE) / "apiserver_receive_adapter",
                                      cluster.kubeconfig(sa), theirs.url,
-                                     namespaces_of=lambda _: [n["metadata"]["name"]
-                                                              for n in cluster.list("v1", "Namespace")],
+                                     namespaces_of=namespaces_of(cluster),
                                      listed=lambda m: cluster.listed_by(sa, m))
     stand_in = ApiServerSourceAdapter(source, cluster.api_client(sa), ours.url, cluster.url)
     try:
