@@ -138,6 +138,7 @@ RESOURCES: tuple[ResourceType, ...] = (
     _core("pods", "Pod", True, status_subresource=True, create_status={"phase": "Pending"},
           field_labels=POD_FIELDS, returns_deleted_object=True),
     _core("events", "Event", True, field_labels=EVENT_FIELDS),
+    _core("configmaps", "ConfigMap", True),  # device-conflict's parameter object
     _core("persistentvolumeclaims", "PersistentVolumeClaim", True, status_subresource=True,
           create_status={"phase": "Pending"}),
     _core("persistentvolumes", "PersistentVolume", False, status_subresource=True, create_status={"phase": "Pending"}),

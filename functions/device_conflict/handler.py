@@ -2,9 +2,13 @@
 
 This function never changes a VM: it reports, with a Warning Event on each VM involved and a reply
 CloudEvent. Reads top to bottom: an event → parse (is it worth a look, with no API call) → fetch
-(one paginated LIST of VMs, and of VMIs when needed, folded into the small index of index.py) →
+(the VMs that share a device with the event's VM, and their VMIs, one GET each, folded into the small
+index of index.py) →
 decide (pure) → report (Events, reply). A PingSource tick is a re-scan: every VM and VMI, and the
 HostDeviceConflict Events on record, so that a conflict that ended is said to have ended.
+Both keep the parameter object current (which VM each device is assigned to, assignment.py), which
+the ValidatingAdmissionPolicy of deploy/components/prevent reads, and which tells an event which few
+VMs to read (reads.py).
 """
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from functions.device_conflict import wording
+from functions.device_conflict import reads, wording
 from functions.device_conflict.decide import (
     CONFLICT_ANNOTATION,
     RESOLVED_AT_ANNOTATION,
@@ -27,7 +31,6 @@ from functions.device_conflict.decide import (
 from functions.device_conflict.index import (
     ALLOCATION_ANNOTATION,
     FINAL,
-    Index,
     Ref,
     Workload,
     allocated_devices,
@@ -38,7 +41,7 @@ from functions.device_conflict.index import (
 from functions.device_conflict.settings import FUNCTION, Settings
 from shared import kubevirt as kv
 from shared.intake import Incoming, about, may_concern
-from shared.kube import EVENT, VM, VMI, Conflict
+from shared.kube import EVENT, Conflict
 from shared.replies import Reply, reply_type
 from shared.runtime import KubeContext, Outcome
 
@@ -58,13 +61,13 @@ def on_event(event: Incoming, ctx: KubeContext[Settings]) -> Outcome:
 
 
 def rescan(ctx: KubeContext[Settings]) -> Outcome:
-    """Every VM and VMI, page by page: catches missed events and is where a conflict ends."""
-    index = Index()
-    for vm in ctx.kube.list(VM):
-        index.add_vm(vm)
-    for vmi in ctx.kube.list(VMI):
-        index.add_vmi(vmi)
+    """Every VM and VMI, page by page: catches missed events, repairs the parameter object (read before the
+    LISTs, so that what events wrote meanwhile is kept) and is where a conflict ends."""
+    where = ctx.settings.assignments
+    base = reads.read(ctx.kube, where)
+    index = reads.scan(ctx.kube)
     workloads = index.workloads()
+    reads.keep_all(ctx.kube, where, base, workloads)
     current = find_conflicts(workloads)
     recorded = [r for r in map(recorded_from, ctx.kube.list(EVENT, field_selector=f"reason={REASON}")) if r]
     todo = plan(current, recorded)
@@ -79,16 +82,13 @@ def rescan(ctx: KubeContext[Settings]) -> Outcome:
 
 
 def check(found: Target, subject: str | None, ctx: KubeContext[Settings]) -> Outcome:
-    """One VM's conflicts: one LIST of VMs, and one of VMIs only if another VM shares a device."""
-    index = Index()
-    for vm in ctx.kube.list(VM):
-        index.add_vm(vm)
-    if found.devices is not None and not index.touches_others(found.id, found.devices):
+    """One VM's conflicts, among the VMs the parameter object says share a device with it (read fresh, one
+    GET each); the object's entries for its devices are written back when they changed."""
+    seen = reads.around(ctx.kube, ctx.settings.assignments, found.id)
+    if not seen.sharing:
         return Outcome("no-conflict", subject=subject,
                        reason=f"no other VM names or holds a device of {found.id}")
-    for vmi in ctx.kube.list(VMI):
-        index.add_vmi(vmi)
-    verdict = decide(found.id, index.workloads())
+    verdict = decide(found.id, seen.workloads)
     if not verdict.conflicts:
         return Outcome(verdict.action, subject=subject, reason=verdict.reason)
     for conflict in verdict.conflicts:

@@ -127,6 +127,7 @@ class Workload:
     devices: frozenset[Device]  # what it holds (running/starting) or asks for (blocked) or would ask for (stopped)
     node: str | None = None
     scheduler_message: str | None = None
+    created: str = ""  # creationTimestamp of the VM (or standalone VMI): who named a device first
 
     @property
     def active(self) -> bool:
@@ -138,6 +139,7 @@ class _Vm:
     ref: Ref
     named: frozenset[Device]
     allocated: frozenset[Device] | None
+    created: str = ""
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,7 @@ class _Vmi:
     message: str | None
     owner: dict | None
     uid: str | None
+    created: str = ""
 
 
 class Index:
@@ -167,7 +170,7 @@ class Index:
             return
         meta = kv.meta(vm)
         ref = Ref(meta.get("namespace") or "default", meta["name"], "VirtualMachine", meta.get("uid"))
-        self._vms[ref.id] = _Vm(ref, named, allocated)
+        self._vms[ref.id] = _Vm(ref, named, allocated, meta.get("creationTimestamp") or "")
 
     def add_vmi(self, vmi: dict) -> None:
         self.vmis_seen += 1
@@ -177,7 +180,8 @@ class Index:
         if key not in self._vms and not devices:
             return
         self._vmis[key] = _Vmi(vmi_state(vmi), devices, (vmi.get("status") or {}).get("nodeName") or None,
-                               unschedulable(vmi), kv.controller_owner(vmi, "VirtualMachine"), meta.get("uid"))
+                               unschedulable(vmi), kv.controller_owner(vmi, "VirtualMachine"), meta.get("uid"),
+                               meta.get("creationTimestamp") or "")
 
     def touches_others(self, target: str, devices: frozenset[str]) -> bool:
         """Does any other VM name or hold one of these devices (by its spec or allocation)?"""
@@ -194,19 +198,19 @@ class Index:
 def _workload(key: str, vm: _Vm | None, vmi: _Vmi | None) -> Workload:
     namespace, name = key.split("/", 1)
     if vm is not None:
-        ref, named, allocated = vm.ref, vm.named, vm.allocated
+        ref, named, allocated, created = vm.ref, vm.named, vm.allocated, vm.created
     else:  # a VMI with devices whose VM names none (or which has no VM)
         assert vmi is not None, key  # the key came from one of the two
         owner = vmi.owner
         ref = (Ref(namespace, name, "VirtualMachine", owner.get("uid")) if owner
                else Ref(namespace, name, "VirtualMachineInstance", vmi.uid))
-        named, allocated = (frozenset() if owner else vmi.devices), None
+        named, allocated, created = (frozenset() if owner else vmi.devices), None, vmi.created
     if vmi is None:
-        return Workload(ref, State.STOPPED, named, named)
+        return Workload(ref, State.STOPPED, named, named, created=created)
     if vmi.state is State.STOPPED:
         devices = named
     elif vmi.state is State.RUNNING and allocated is not None:
         devices = allocated  # the real allocation wins over the spec for a running VM (docs/facts.md §3)
     else:
         devices = vmi.devices
-    return Workload(ref, vmi.state, named, devices, node=vmi.node, scheduler_message=vmi.message)
+    return Workload(ref, vmi.state, named, devices, node=vmi.node, scheduler_message=vmi.message, created=created)

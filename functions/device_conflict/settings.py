@@ -1,11 +1,11 @@
-"""device-conflict's settings: the one environment variable it reads, read once at start-up."""
+"""device-conflict's settings: the environment variables it reads, read once at start-up."""
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
-from shared.settings import Env
+from shared.settings import Env, SettingsError
 
 FUNCTION = "device-conflict"
 
@@ -16,10 +16,19 @@ class Settings:
     # is found at once (it took the device when it started); later updates of a long-running VMI
     # (guest agent, interfaces) cannot start one, and the re-scan covers any event that was missed.
     recent_start: timedelta = timedelta(minutes=5)
+    # The parameter object (namespace, name): which VM each device is assigned to (assignment.py). The
+    # ValidatingAdmissionPolicyBinding of deploy/components/prevent names the same object in its paramRef,
+    # and deploy/base grants the function this one ConfigMap.
+    assignments: tuple[str, str] = ("vmevents", "vmevents-device-assignments")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
-        return cls(recent_start=Env(environ).duration("CONFLICT_RECENT_START", "5m"))
+        env = Env(environ)
+        where = env.raw("DEVICE_ASSIGNMENTS", "vmevents/vmevents-device-assignments")
+        namespace, _, name = where.partition("/")
+        if not namespace or not name or "/" in name:
+            raise SettingsError(f"DEVICE_ASSIGNMENTS={where!r} is not namespace/name")
+        return cls(recent_start=env.duration("CONFLICT_RECENT_START", "5m"), assignments=(namespace, name))
 
 
 def load(environ: Mapping[str, str]) -> Settings:
