@@ -31,6 +31,8 @@ SA_PREFIX = "system:serviceaccount:"
 SYSTEM_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease", "vmevents", "kubevirt"}
 # Kinds of simcluster.store.RESOURCES a reset keeps (the rest are what tests and functions create).
 KEEP_KINDS = {"Namespace", "KubeVirt", "Node"}
+# Kinds of which a reset deletes only what vmevents made (labelled app.kubernetes.io/part-of=vmevents).
+OURS_ONLY = {"ConfigMap"}
 ADMIN_USER = "vmevents-admin"
 _PATCH_TYPES = {"merge": "application/merge-patch+json", "json": "application/json-patch+json",
                 "strategic": "application/strategic-merge-patch+json"}
@@ -125,7 +127,9 @@ class RealCluster:
         for rt in RESOURCES:
             if rt.kind in KEEP_KINDS or not self._served(rt):
                 continue
-            for obj in self._request("GET", self._rt_path(rt, None))["items"]:
+            # ConfigMaps: only ours (the control plane's own, e.g. in kube-system, stay).
+            query = [("labelSelector", "app.kubernetes.io/part-of=vmevents")] if rt.kind in OURS_ONLY else None
+            for obj in self._request("GET", self._rt_path(rt, None), query=query)["items"]:
                 meta = obj["metadata"]
                 path = self._rt_path(rt, meta.get("namespace"), meta["name"])
                 if meta.get("finalizers"):
@@ -133,6 +137,12 @@ class RealCluster:
                                   content_type=_PATCH_TYPES["merge"], allow=(404, 409))
                 self._request("DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
                               allow=(404, 409))
+        for kind in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):  # deploy/components/prevent
+            path = f"/apis/admissionregistration.k8s.io/v1/{kind}"
+            found = self._request("GET", path, query=[("labelSelector", "app.kubernetes.io/part-of=vmevents")],
+                                  allow=(404,))
+            for obj in (found or {}).get("items") or []:
+                self._request("DELETE", f"{path}/{obj['metadata']['name']}", allow=(404,))
         for ns in self._request("GET", "/api/v1/namespaces")["items"]:
             name = ns["metadata"]["name"]
             if name not in SYSTEM_NAMESPACES:
