@@ -8,6 +8,7 @@ to remove (or a behaviour the tests do not reach).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from localknative.runtime import load_manifests
 from simcluster.paths import DEPLOY_DIR
@@ -36,6 +37,36 @@ def granted(service_account: str, manifests: list[dict] | None = None) -> set[Gr
             grants |= {(verb, group, resource) for verb in rule["verbs"] for group in rule["apiGroups"]
                        for resource in rule["resources"]}
     return grants
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where a grant holds: cluster-wide (namespace None), or in one namespace (a RoleBinding), for every
+    object or only the named ones (`resourceNames`)."""
+
+    namespace: str | None
+    names: tuple[str, ...] = ()
+
+
+def scopes(service_account: str, manifests: list[dict] | None = None) -> dict[Grant, set[Scope]]:
+    """Every (verb, group, resource) this "ns/name" is granted, with where each grant holds."""
+    manifests = manifests if manifests is not None else load_manifests(DEPLOY_DIR)
+    namespace, name = service_account.split("/")
+    roles = {(m["kind"], m["metadata"].get("namespace"), m["metadata"]["name"]): m
+             for m in manifests if m.get("kind") in ("Role", "ClusterRole")}
+    found: dict[Grant, set[Scope]] = {}
+    for binding in (m for m in manifests if m.get("kind") in ("RoleBinding", "ClusterRoleBinding")):
+        if not any(s.get("kind") == "ServiceAccount" and s.get("name") == name
+                   and s.get("namespace", binding["metadata"].get("namespace")) == namespace
+                   for s in binding.get("subjects") or ()):
+            continue
+        ref = binding["roleRef"]
+        where = binding["metadata"].get("namespace") if binding["kind"] == "RoleBinding" else None
+        role = roles[(ref["kind"], None if ref["kind"] == "ClusterRole" else where, ref["name"])]
+        for rule in role.get("rules") or ():
+            for grant in ((v, g, r) for v in rule["verbs"] for g in rule["apiGroups"] for r in rule["resources"]):
+                found.setdefault(grant, set()).add(Scope(where, tuple(rule.get("resourceNames") or ())))
+    return found
 
 
 def used(requests: Iterable, service_account: str) -> set[Grant]:

@@ -14,7 +14,7 @@ from controlplane import build
 from localknative.runtime import load_manifests
 from simcluster.paths import DEPLOY_DIR
 from tests import backends
-from tests.rbac import granted
+from tests.rbac import Scope, granted, scopes
 
 pytestmark = [pytest.mark.real, pytest.mark.skipif(backends.real_missing() is not None and not backends.in_ci(),
                                                    reason=f"real control plane: {backends.real_missing()}")]
@@ -48,28 +48,42 @@ def test_it_listens_on_loopback_only(cluster):
     assert cluster.url.startswith("https://127.0.0.1:")
 
 
-def allowed(cluster, service_account: str, verb: str, group: str, resource: str) -> bool:
-    namespace, name = service_account.split("/")
+def allowed(cluster, service_account: str, verb: str, group: str, resource: str, namespace: str = "default",
+            name: str = "") -> bool:
+    sa_namespace, sa_name = service_account.split("/")
     plural, _, subresource = resource.partition("/")
     review = cluster._request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", {
         "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-        "spec": {"user": f"system:serviceaccount:{namespace}:{name}",
-                 "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"],
+        "spec": {"user": f"system:serviceaccount:{sa_namespace}:{sa_name}",
+                 "groups": ["system:serviceaccounts", f"system:serviceaccounts:{sa_namespace}",
+                            "system:authenticated"],
                  "resourceAttributes": {"verb": verb, "group": group, "resource": plural,
-                                        "subresource": subresource, "namespace": "default"}}})
+                                        "subresource": subresource, "namespace": namespace, "name": name}}})
     return bool(review["status"].get("allowed"))
 
 
 @pytest.mark.parametrize("service_account", service_accounts_with_roles())
 def test_the_real_authorizer_grants_exactly_what_deploy_grants(cluster, service_account):
-    """Every granted (verb, group, resource) is allowed; every other verb on those resources is refused."""
+    """Every granted (verb, group, resource) is allowed where it is granted; every other verb on those resources
+    is refused; a grant in one namespace, or for named objects only, holds nowhere else."""
     grants = granted(service_account)
+    where = scopes(service_account)
     resources = {(group, resource) for _, group, resource in grants}
     for group, resource in sorted(resources):
         for verb in VERBS:
             expected = (verb, group, resource) in grants
-            assert allowed(cluster, service_account, verb, group, resource) == expected, \
-                f"{service_account} {verb} {group or 'core'}/{resource}: expected {'yes' if expected else 'no'}"
+            for scope in where.get((verb, group, resource)) or {Scope(None)}:
+                namespace = scope.namespace or "default"
+                for name in scope.names or ("",):
+                    assert allowed(cluster, service_account, verb, group, resource, namespace, name) == expected, \
+                        (f"{service_account} {verb} {group or 'core'}/{resource} in {namespace} {name}: "
+                         f"expected {'yes' if expected else 'no'}")
+                if expected and scope.namespace:
+                    assert not allowed(cluster, service_account, verb, group, resource, "default", "x"), \
+                        f"{service_account} {verb} {resource}: granted in {scope.namespace} only, yet allowed elsewhere"
+                if expected and scope.names:
+                    assert not allowed(cluster, service_account, verb, group, resource, namespace, "another"), \
+                        f"{service_account} {verb} {resource}: granted for {scope.names} only, yet allowed for others"
 
 
 def test_kubectl_auth_can_i_answers_for_a_function(cluster):

@@ -129,7 +129,8 @@ def unknown_fields(value, schema: dict, path: str = "") -> list[str]:
 
 
 KNATIVE_ROWS = [r for r in all_objects() if (r[2]["apiVersion"].split("/")[0], r[2]["kind"]) in KNATIVE_CRDS]
-CORE_ROWS = [r for r in all_objects() if "/" not in r[2]["apiVersion"] or r[2]["apiVersion"].startswith("rbac.")]
+CORE_ROWS = [r for r in all_objects() if "/" not in r[2]["apiVersion"]
+             or r[2]["apiVersion"].startswith(("rbac.", "admissionregistration."))]
 
 
 def test_every_rendered_object_is_checked_against_a_schema():
@@ -386,7 +387,8 @@ def test_dry_run_overlay_turns_every_destructive_action_off():
 
 def test_overlays_change_only_what_they_are_for():
     """default = base + the Broker class; kafka = base + Kafka Broker class and config + Trigger
-    delivery order; dry-run = default + `*_DRY_RUN=true`. Nothing else differs."""
+    delivery order; dry-run = default + `*_DRY_RUN=true`; prevent = default + the admission policy (Warn);
+    prevent-deny = prevent refusing. Nothing else differs."""
     def strip(objects, *, broker=False, triggers=False, dry_run=False):
         out = copy.deepcopy(objects)
         for o in out:
@@ -408,6 +410,16 @@ def test_overlays_change_only_what_they_are_for():
     classes = {k: of_kind(render(k), "eventing.knative.dev", "Broker")[0]["metadata"]["annotations"]
                ["eventing.knative.dev/broker.class"] for k in ("default", "kafka")}
     assert classes == {"default": "MTChannelBasedBroker", "kafka": "Kafka"}
+    # prevent = default + the admission policy and its binding (Warn); prevent-deny = prevent with Deny.
+    policy = [o for o in render("prevent") if o["apiVersion"].startswith("admissionregistration.")]
+    assert sorted(o["kind"] for o in policy) == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    assert [o for o in render("prevent") if o not in policy] == render("default")
+    deny = render("prevent-deny")
+    for o in deny:
+        if o["kind"] == "ValidatingAdmissionPolicyBinding":
+            assert o["spec"]["validationActions"] == ["Deny"]
+            o["spec"]["validationActions"] = ["Warn"]
+    assert deny == render("prevent")
     kafka_broker = of_kind(render("kafka"), "eventing.knative.dev", "Broker")[0]
     assert kafka_broker["spec"]["config"] == {"apiVersion": "v1", "kind": "ConfigMap",
                                               "name": "kafka-broker-config", "namespace": "knative-eventing"}

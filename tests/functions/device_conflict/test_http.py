@@ -24,7 +24,7 @@ from tests.http_cases import (
 )
 
 SOURCE = source_of("device_conflict")
-SETTINGS = ("CONFLICT_RECENT_START",)
+SETTINGS = ("CONFLICT_RECENT_START", "DEVICE_ASSIGNMENTS")
 ADD = "dev.knative.apiserver.resource.add"
 
 
@@ -80,3 +80,8 @@ def test_a_tick_with_the_api_down_is_a_503(client):
 def test_bad_setting_stops_the_start_naming_the_variable(serve, capsys):
     assert_stops_the_start(lambda: serve(SOURCE, CONFLICT_RECENT_START="soon"), capsys,
                            "CONFLICT_RECENT_START='soon' is not a duration")
+
+
+def test_a_parameter_object_that_is_not_namespace_slash_name_stops_the_start(serve, capsys):
+    assert_stops_the_start(lambda: serve(SOURCE, DEVICE_ASSIGNMENTS="just-a-name"), capsys,
+                           "DEVICE_ASSIGNMENTS='just-a-name' is not namespace/name")
