@@ -16,7 +16,7 @@ import subprocess
 import pytest
 
 from tests.deploy.kustomize import KUSTOMIZATIONS, ident, kubectl, path_of, render
-from tests.rbac import granted
+from tests.rbac import Scope, granted, scopes
 
 KUBECONFIG = os.environ.get("VMEVENTS_E2E_KUBECONFIG")
 OVERLAY = os.environ.get("VMEVENTS_E2E_OVERLAY", "default")
@@ -62,13 +62,18 @@ def test_service_accounts_may_do_exactly_what_deploy_grants(installed):
                 if s["kind"] == "ServiceAccount"}
     wrong = []
     for sa in sorted(accounts):
-        grants = granted(sa, objects)
+        grants, where = granted(sa, objects), scopes(sa, objects)
         namespace, name = sa.split("/")
         for resource, group in sorted({(r, g) for _, g, r in grants}):
             for verb in VERBS:
                 target = f"{resource}.{group}" if group else resource
-                answer = run("auth", "can-i", verb, target, "--all-namespaces",
-                             f"--as=system:serviceaccount:{namespace}:{name}", check=False).stdout.strip()
-                if (answer == "yes") != ((verb, group, resource) in grants):
-                    wrong.append(f"{sa} {verb} {target}: cluster says {answer}")
+                # A grant in one namespace (a RoleBinding), or for named objects only, is asked there.
+                for scope in where.get((verb, group, resource)) or {Scope(None)}:
+                    for obj in scope.names or ("",):
+                        asked = (f"{target}/{obj}" if obj else target,
+                                 *(("-n", scope.namespace) if scope.namespace else ("--all-namespaces",)))
+                        answer = run("auth", "can-i", verb, *asked, f"--as=system:serviceaccount:{namespace}:{name}",
+                                     check=False).stdout.strip()
+                        if (answer == "yes") != ((verb, group, resource) in grants):
+                            wrong.append(f"{sa} {verb} {' '.join(asked)}: cluster says {answer}")
     assert not wrong, "the cluster's RBAC differs from deploy/ (another binding?):\n" + "\n".join(wrong)
