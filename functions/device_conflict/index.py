@@ -170,7 +170,7 @@ class Index:
             return
         meta = kv.meta(vm)
         ref = Ref(meta.get("namespace") or "default", meta["name"], "VirtualMachine", meta.get("uid"))
-        self._vms[ref.id] = _Vm(ref, named, allocated, meta.get("creationTimestamp") or "")
+        self._vms[ref.id] = _Vm(ref, named, allocated, created=meta.get("creationTimestamp") or "")
 
     def add_vmi(self, vmi: dict) -> None:
         self.vmis_seen += 1
