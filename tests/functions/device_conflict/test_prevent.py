@@ -128,6 +128,18 @@ def test_pcidevices_may_rewrite_a_name_and_an_update_that_keeps_the_devices_pass
     assert assignment(w, SEED_DEVICE) == "default/vm1 stopped"
 
 
+def test_a_device_a_running_vm_holds_is_refused_with_what_to_do_then(world):
+    w, device, resource = world, f"{SEED_NODE}-000009005", "example.com/dev-6"
+    w.create(seed_vm2("vm5", host_devices=[host_device(device, resource)]))
+    w.wait_phase("vm5", "Running")
+    eventually(lambda: assignment(w, device) == "default/vm5 running", timeout=CATCH_UP, what="vm5 has it")
+    accepted, said = eventually(
+        lambda: (r := attempt(w, seed_vm2("vm6", host_devices=[host_device(device, resource)]))) and not r[0] and r,
+        timeout=CATCH_UP, what="vm6 refused")
+    assert (f"{device} ({resource}) is assigned to default/vm5, which is running; stop it and remove it from vm5 "
+            f"first, or choose another free device of that resource") in said, said
+
+
 def test_once_vm1_drops_the_device_vm2_is_accepted(world):
     w = world
     w.cluster.patch("kubevirt.io/v1", "VirtualMachine", "default", "vm1", [
