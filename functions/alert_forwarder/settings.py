@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from functions.alert_forwarder.transport import redact
 from shared.settings import Env, SettingsError
 
 FUNCTION = "alert-forwarder"
@@ -77,9 +78,9 @@ def _is_http_url(text: str) -> bool:
 def _urls(env: Env, name: str) -> tuple[str, ...]:
     urls = tuple(part.strip().rstrip("/") for part in env.raw(name, "").split(",") if part.strip())
     bad = [url for url in urls if not _is_http_url(url)]
-    if bad:
-        raise SettingsError(f"{name}={bad[0]!r} is not an http(s) URL; use a value like "
-                            f"http://alertmanager.monitoring.svc:9093.")
+    if bad:  # scheme and host only: a webhook URL's path and query are often its secret
+        raise SettingsError(f"{name}={redact(bad[0])!r} is not an http(s) URL (shown: its scheme and host only); "
+                            f"use a value like http://alertmanager.monitoring.svc:9093.")
     return urls
 
 

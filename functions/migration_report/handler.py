@@ -22,7 +22,7 @@ from functions.migration_report.decide import VMIM_KIND, Action, Facts, Verdict,
 from functions.migration_report.settings import Settings
 from functions.migration_report.wording import reply_data
 from shared import kubevirt as kv
-from shared.errors import TemporaryError
+from shared.errors import TemporaryError, longest_retry_after
 from shared.intake import Incoming, about, may_concern
 from shared.kube import EVENT, KUBEVIRT, MIGRATION_POLICY, NAMESPACE, VM, VMI, VMIM
 from shared.replies import Reply, reply_type
@@ -64,7 +64,8 @@ def rescan(ctx: KubeContext[Settings]) -> Outcome:
             if outcome.reply is not None:
                 reported.append({"type": outcome.reply.type, **outcome.reply.data})
     if failures:
-        raise TemporaryError(f"re-scan could not finish {len(failures)} migration(s): {failures[0].message}")
+        raise TemporaryError(f"re-scan could not finish {len(failures)} migration(s): {failures[0].message}",
+                             retry_after=longest_retry_after(failures))
     reason = f"scanned {scanned} migration(s), reported {len(reported)}"
     if not reported:
         return Outcome("rescan", reason=reason)

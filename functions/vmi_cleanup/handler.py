@@ -14,8 +14,8 @@ from functions.vmi_cleanup import wording
 from functions.vmi_cleanup.decide import ACTING, Action, Facts, Verdict, decide
 from functions.vmi_cleanup.settings import FUNCTION, Settings
 from shared import kubevirt as kv
-from shared.errors import TemporaryError
-from shared.intake import Incoming, about, may_concern
+from shared.errors import TemporaryError, longest_retry_after
+from shared.intake import Incoming, about, check_name, check_uid, may_concern
 from shared.kube import KUBEVIRT, VM, VMI, VMIM, Conflict, JsonPatch
 from shared.replies import Reply, reply_type
 from shared.runtime import KubeContext, Outcome
@@ -57,7 +57,8 @@ def rescan(ctx: KubeContext[Settings]) -> Outcome:
             if outcome.reply is not None:
                 cleaned.append(outcome.reply.data)
     if failures:
-        raise TemporaryError(f"re-scan could not finish {len(failures)} VMI(s): {failures[0].message}")
+        raise TemporaryError(f"re-scan could not finish {len(failures)} VMI(s): {failures[0].message}",
+                             retry_after=longest_retry_after(failures))
     reason = wording.scanned_reason(scanned, len(cleaned))
     if not cleaned:
         return Outcome("rescan", reason=reason)
@@ -107,14 +108,14 @@ def target(event: Incoming, settings: Settings) -> Target | None:
 
 
 def _launcher_target(pod: dict[str, Any], namespace: str, settings: Settings) -> Target | None:
-    labels = kv.meta(pod).get("labels") or {}
-    if labels.get("kubevirt.io") != "virt-launcher" or (pod.get("status") or {}).get("phase") not in settings.phases:
+    labels = kv.labels_of(pod)
+    if labels.get("kubevirt.io") != "virt-launcher" or kv.phase(pod) not in settings.phases:
         return None
     owner = kv.controller_owner(pod, "VirtualMachineInstance")
     if owner:
-        return Target(namespace, owner["name"])
+        return Target(namespace, check_name("VirtualMachineInstance", owner["name"], "the pod's owner"))
     uid = labels.get("kubevirt.io/created-by")
-    return Target(namespace, uid=uid) if uid else None
+    return Target(namespace, uid=check_uid(uid)) if uid else None
 
 
 def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) -> bool:
