@@ -238,6 +238,9 @@ def connect() -> Kube:
             raise RuntimeError(f"in-cluster Kubernetes configuration cannot be used: {_one_line(exc)}") from None
         return Kube(k8s.ApiClient(configuration))
     path = os.environ.get("KUBECONFIG") or None
+    if path and not os.path.isfile(path.split(os.pathsep)[0]):
+        raise RuntimeError(f"no Kubernetes configuration: not in a cluster and KUBECONFIG={path} cannot be used "
+                           f"(no such file); set KUBECONFIG to a kubeconfig file.")
     try:
         # Pass KUBECONFIG explicitly: the client reads it at import time otherwise.
         return Kube(k8s_config.new_client_from_config(config_file=path, client_configuration=configuration))

@@ -51,6 +51,11 @@ def parse_time(text: Any) -> datetime | None:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
+def conditions_of(obj: Any) -> list[dict]:
+    """status.conditions: the entries that are objects."""
+    return list(o.objects(obj, "status", "conditions"))
+
+
 def phase(vmi: Any) -> str:
     return o.string(vmi, "status", "phase")
 

@@ -89,7 +89,11 @@ def write_line(record: dict) -> None:
         line = orjson.dumps({str(key)[:100]: loggable(value) for key, value in record.items()})
     except (TypeError, ValueError) as exc:
         line = orjson.dumps({"function": loggable(record.get("function")), "log_error": loggable(repr(exc))})
-    os.write(1, line + b"\n")
+    _emit(line + b"\n")
+
+
+def _emit(line: bytes) -> None:
+    os.write(1, line)
 
 
 def loggable(value: Any) -> str | int | float | bool | None:

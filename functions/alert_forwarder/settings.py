@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from functions.alert_forwarder.transport import redact
 from shared.settings import Env, SettingsError
 
 FUNCTION = "alert-forwarder"
@@ -73,6 +72,19 @@ class Settings:
 def _is_http_url(text: str) -> bool:
     parts = urlsplit(text)
     return parts.scheme in ("http", "https") and bool(parts.netloc)
+
+
+def redact(url: str) -> str:
+    """A URL as it may be shown (in an error, a reply, a log line): its scheme and host only, never user info,
+    path or query. A webhook URL's path is often its secret (Slack's are)."""
+    parts = urlsplit(url)
+    if not parts.netloc:  # scheme-less: "hooks.slack.com/services/..." parses as a path
+        return re.split(r"[/?#]", url, maxsplit=1)[0].rpartition("@")[2][:100]
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return f"{parts.scheme}://{parts.hostname or ''}{port}"
 
 
 def _urls(env: Env, name: str) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ from urllib.parse import urljoin, urlsplit
 
 import requests
 
+from functions.alert_forwarder.settings import redact
 from shared.errors import TemporaryError, VmeventsError, parse_retry_after
 
 # Only the redirects that keep the method and the body (RFC 9110 §15.4.8-9): a 301/302/303 turns a POST
@@ -68,18 +69,6 @@ def post(name: str, url: str, body: Any, headers: Mapping[str, str], verify: boo
     if 300 <= response.status_code < 400:
         hint = " (a redirect alert-forwarder does not follow: set the receiver's final URL)"
     return [ReceiverRefused(f"{name} at {redact(url)} refused the alert: {response.status_code}{said}{hint}")]
-
-
-def redact(url: str) -> str:
-    """A URL as it may be shown: its scheme and host only (never user info, path or query)."""
-    parts = urlsplit(url)
-    if not parts.netloc:  # scheme-less: "hooks.slack.com/services/..." parses as a path
-        return re.split(r"[/?#]", url, maxsplit=1)[0].rpartition("@")[2][:100]
-    try:
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        port = ""
-    return f"{parts.scheme}://{parts.hostname or ''}{port}"
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:
