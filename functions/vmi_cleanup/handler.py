@@ -14,6 +14,7 @@ from functions.vmi_cleanup import wording
 from functions.vmi_cleanup.decide import ACTING, Action, Facts, Verdict, decide
 from functions.vmi_cleanup.settings import FUNCTION, Settings
 from shared import kubevirt as kv
+from shared import objects as o
 from shared.errors import TemporaryError, longest_retry_after
 from shared.intake import Incoming, about, check_name, check_uid, may_concern
 from shared.kube import KUBEVIRT, VM, VMI, VMIM, Conflict, JsonPatch
@@ -151,7 +152,7 @@ def _decide_with_facts(vmi: dict[str, Any], vm: dict[str, Any] | None, ctx: Kube
 
 def _kubevirt_version(ctx: KubeContext[Settings]) -> tuple[int, int, int] | None:
     for cr in ctx.kube.list(KUBEVIRT):
-        version = kv.parse_version((cr.get("status") or {}).get("observedKubeVirtVersion"))
+        version = kv.parse_version(o.text(cr, "status", "observedKubeVirtVersion"))
         if version:
             return version
     return None
@@ -160,7 +161,7 @@ def _kubevirt_version(ctx: KubeContext[Settings]) -> tuple[int, int, int] | None
 def _migrating(ctx: KubeContext[Settings], vmi: dict[str, Any]) -> bool:
     meta = kv.meta(vmi)
     selector = f"kubevirt.io/vmi-name={meta['name']}"
-    return any((m.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    return any(kv.phase(m) not in ("Succeeded", "Failed")
                for m in ctx.kube.list(VMIM, meta["namespace"], label_selector=selector))
 
 
