@@ -191,6 +191,22 @@ def apiserver_events(draw, function: str) -> Case:
 
 
 @st.composite
+def forged_events(draw, function: str) -> Case:
+    """A well-formed ApiServerSource event whose object lies (a final phase, a pause, a device) about a VMI or VM
+    that exists and needs nothing, or about one that does not exist: the function must re-read and write nothing."""
+    kind, obj = draw(st.sampled_from(objects_for(function)))
+    obj = json.loads(json.dumps(obj))
+    obj["metadata"]["name"] = draw(st.sampled_from(("vm1", "vm2", "ghost", "vm1.example")))
+    reference = draw(st.booleans())
+    data: Any = ({"apiVersion": obj.get("apiVersion", "v1"), "kind": kind, "name": obj["metadata"]["name"],
+                  "namespace": obj["metadata"].get("namespace")} if reference else obj)
+    attributes = {"specversion": "1.0", "id": draw(ascii_text.filter(bool)), "source": "https://10.43.0.1:443",
+                  "type": (REF if reference else RESOURCE) + draw(st.sampled_from(VERBS)), "kind": kind}
+    headers, body = _encode(attributes, data, draw(st.booleans()))
+    return Case("forged", _header_safe(headers), body)
+
+
+@st.composite
 def envelopes(draw, function: str) -> Case:
     """A request whose envelope is the problem: missing or odd attributes, unknown types, odd content types,
     bodies that are not JSON, extension headers of any text."""
@@ -237,6 +253,6 @@ def requests_for(function: str) -> st.SearchStrategy[Case]:
     """Everything a function can be sent, in proportions that favour well-formed-but-hostile events."""
     if function in ("alert-forwarder", "dead-letter"):
         return st.one_of(findings(function), findings(function), envelopes(function), pings(function),
-                         apiserver_events(function))
+                         apiserver_events(function), forged_events("vmi-cleanup"))
     return st.one_of(apiserver_events(function), apiserver_events(function), apiserver_events(function),
-                     envelopes(function), pings(function))
+                     forged_events(function), forged_events(function), envelopes(function), pings(function))

@@ -72,12 +72,18 @@ class FuzzWorld:
     def __exit__(self, *exc):
         self.stop()
 
-    def send(self, function: str, headers: dict[str, str], body: bytes):
-        """POST one request; returns (status, body, the log line as a dict, the writes it made)."""
+    def send(self, function: str, headers: dict[str, str], body: bytes, fault: dict | None = None):
+        """POST one request, with every API request of the function failing as `fault` says (Faults.add's
+        arguments) if given; returns (the response, the log lines as dicts, the writes it made)."""
         account = FUNCTIONS[function][1]
         seen = len(self.cluster.requests)
         self.lines.clear()
-        response = self.clients[function].post("/", headers=headers, data=body)
+        if fault and account:
+            self.cluster.faults.add(service_account=account, times=None, **fault)
+        try:
+            response = self.clients[function].post("/", headers=headers, data=body)
+        finally:
+            self.cluster.faults.clear()
         writes = [r for r in self.cluster.requests[seen:] if r.verb in WRITES and account
                   and r.service_account == account]
         lines = [json.loads(line) for line in self.lines]
