@@ -31,7 +31,7 @@ from functions.io_pause_report.decide import (
 from functions.io_pause_report.settings import Settings
 from functions.io_pause_report.wording import advice, event_message, named, reply_data, volume_data
 from shared import kubevirt as kv
-from shared.errors import TemporaryError
+from shared.errors import TemporaryError, longest_retry_after
 from shared.intake import Incoming, about, may_concern
 from shared.kube import EVENT, LONGHORN_ENGINE, LONGHORN_VOLUME, PV, PVC, VMI, KubeError
 from shared.replies import Reply, reply_type
@@ -94,7 +94,8 @@ def rescan(ctx: KubeContext[Settings], delivery: str) -> Outcome:
         if (event.get("source") or {}).get("component") == FUNCTION:
             visit(_target_of_event(event))
     if failures:
-        raise TemporaryError(f"re-scan could not finish {len(failures)} VMI(s): {failures[0].message}")
+        raise TemporaryError(f"re-scan could not finish {len(failures)} VMI(s): {failures[0].message}",
+                             retry_after=longest_retry_after(failures))
     reason = f"scanned {scanned} VMI(s) and {len(seen)} paused or in an episode; {len(findings)} finding(s)"
     if not findings:
         return Outcome("rescan", reason=reason)

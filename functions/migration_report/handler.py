@@ -22,7 +22,8 @@ from functions.migration_report.decide import VMIM_KIND, Action, Facts, Verdict,
 from functions.migration_report.settings import Settings
 from functions.migration_report.wording import reply_data
 from shared import kubevirt as kv
-from shared.errors import TemporaryError
+from shared import objects as o
+from shared.errors import TemporaryError, longest_retry_after
 from shared.intake import Incoming, about, may_concern
 from shared.kube import EVENT, KUBEVIRT, MIGRATION_POLICY, NAMESPACE, VM, VMI, VMIM
 from shared.replies import Reply, reply_type
@@ -64,7 +65,8 @@ def rescan(ctx: KubeContext[Settings]) -> Outcome:
             if outcome.reply is not None:
                 reported.append({"type": outcome.reply.type, **outcome.reply.data})
     if failures:
-        raise TemporaryError(f"re-scan could not finish {len(failures)} migration(s): {failures[0].message}")
+        raise TemporaryError(f"re-scan could not finish {len(failures)} migration(s): {failures[0].message}",
+                             retry_after=longest_retry_after(failures))
     reason = f"scanned {scanned} migration(s), reported {len(reported)}"
     if not reported:
         return Outcome("rescan", reason=reason)
@@ -119,7 +121,7 @@ def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) 
 # -- read: fresh, everything KubeVirt used ----------------------------------------------------------
 def read_vmi_and_vm(vmim: dict, ctx: KubeContext[Settings]) -> tuple[dict | None, dict | None]:
     """The migrated VMI (None when gone, or when it is a newer VMI of the same name: a restart since) and its VM."""
-    namespace, vmi_name = kv.meta(vmim)["namespace"], (vmim.get("spec") or {}).get("vmiName") or ""
+    namespace, vmi_name = kv.meta(vmim)["namespace"], o.string(vmim, "spec", "vmiName")
     if not vmi_name:
         return None, None
     vmi = ctx.kube.get(VMI, namespace, vmi_name)
