@@ -29,7 +29,7 @@ from shared.replies import Reply, reply_type
 
 OPEN, RESOLVED = "open", "resolved"
 DETECTED, REPORTED = "detected", "reported"  # the notices' names (RESOLVED is both a state and a notice)
-SUMMARY = "summary"                          # the reply type that carries several findings
+BATCH = "batch"                              # several notices of one event, in one summary reply
 SEVERITIES = ("info", "warning", "critical")
 DEFAULT_RENEW_AFTER = timedelta(minutes=15)  # kube-apiserver's default --event-ttl is 1 h
 
@@ -157,28 +157,29 @@ class Notice:
                      key=f"{self.finding.ident}\x00{self.record.opened_by}")
 
 
-def report(finding: Finding, delivery: str) -> Reply:
-    """A finding with no episode (something done, e.g. a VMI cleaned up): one `.reported` reply, no memory."""
-    return Reply(reply_type(finding.function, REPORTED), finding.subject, finding.data(REPORTED),
+def report(finding: Finding, delivery: str, what: str = REPORTED) -> Reply:
+    """A finding with no episode (something done, e.g. a VMI cleaned up): one reply of type
+    `<function>.<what>` with state `reported`, and no memory."""
+    return Reply(reply_type(finding.function, what), finding.subject, finding.data(REPORTED),
                  key=f"{finding.ident}\x00{delivery}")
 
 
-def summary(function: str, subject: str, replies: Iterable[Reply], sentence: str,
+def summary(function: str, what: str, subject: str, replies: Iterable[Reply], sentence: str,
             scanned: Mapping[str, int] | None = None) -> Reply | None:
-    """Several findings in one reply (a re-scan, a batch): each item is its own reply's data and id."""
+    """Several findings in one reply (a re-scan's `.scanned`, device-conflict's `.batch`): each item is its
+    own reply's data and id; `scanned` counts what was looked at. None when there is no finding."""
     items = [dict(r.data, id=r.id) for r in replies]
     if not items:
         return None
     data = {"summary": sentence, "scanned": dict(scanned or {}), "findings": items}
-    return Reply(reply_type(function, SUMMARY), subject, data, key="|".join(sorted(i["id"] for i in items)))
+    return Reply(reply_type(function, what), subject, data, key="|".join(sorted(i["id"] for i in items)))
 
 
-def one_or_summary(function: str, subject: str, replies: list[Reply], sentence: str,
-                   scanned: Mapping[str, int] | None = None) -> Reply | None:
-    """One answer carries one reply: a single finding as itself, several as a summary."""
-    if len(replies) == 1 and scanned is None:
+def one_or_summary(function: str, subject: str, replies: list[Reply], sentence: str) -> Reply | None:
+    """One answer carries one reply: a single finding as itself, several as a `.batch` summary."""
+    if len(replies) == 1:
         return replies[0]
-    return summary(function, subject, replies, sentence, scanned)
+    return summary(function, BATCH, subject, replies, sentence)
 
 
 def event_name(recipient: Mapping[str, Any], finding: Finding) -> str:
@@ -199,20 +200,32 @@ class Ledger:
         event = self.kube.get(EVENT, namespace, event_name(recipient, finding))
         return record_of(event) if event else None
 
-    def records(self, namespace: str | None = None, *, state: str | None = OPEN) -> Iterator[Record]:
+    def records(self, namespace: str | None = None, *, state: str | None = OPEN,
+                field_selector: str | None = None) -> Iterator[Record]:
         """This function's findings on record (by default the open ones), page by page."""
         selector = f"{LABEL}={self.function}" + (f",{STATE_LABEL}={state}" if state else "")
-        for event in self.kube.list(EVENT, namespace, label_selector=selector):
+        for event in self.kube.list(EVENT, namespace, label_selector=selector, field_selector=field_selector):
             found = record_of(event)
             if found is not None and found.finding.function == self.function:
                 yield found
 
+    @staticmethod
+    def replay(record: Record, delivery: str) -> Notice | None:
+        """The notice `delivery` caused before, if it opened or ended this episode: a redelivery answers
+        as the first delivery did."""
+        if record.open and record.opened_by == delivery:
+            return Notice(DETECTED, record)
+        if not record.open and record.resolved_by == delivery:
+            return Notice(RESOLVED, record)
+        return None
+
     # -- transitions ---------------------------------------------------------------------------
     def sighted(self, finding: Finding, recipient: Mapping[str, Any], delivery: str, now: datetime, *,
-                message: str | None = None, count: bool = True) -> Notice | None:
+                message: str | None = None, count: bool = True, update: bool = False) -> Notice | None:
         """The finding is there now. A `detected` notice when this delivery opened its episode (or reopened
         it), or is a redelivery of the one that did; None when it was already open: seen again, its count
-        rises (`count=False`, a re-scan's sighting: only renewed when its last write is old)."""
+        rises (`count=False`, a re-scan's sighting: only renewed when its last write is old, or when
+        `update` asks to store the finding's new details)."""
         namespace = (recipient.get("metadata") or {}).get("namespace") or "default"
         name = event_name(recipient, finding)
         text = message or finding.summary
@@ -227,7 +240,7 @@ class Ledger:
                 if current.open:
                     if current.opened_by == delivery:
                         return Notice(DETECTED, current)  # a redelivery of the event that opened it
-                    if count or self._stale(current, now):
+                    if count or update or self._stale(current, now):
                         self._patch(current, finding, now, text, count=count, notes={SEEN_AT: stamp(now)})
                     return None
                 if current.resolved_by == delivery:
@@ -286,7 +299,7 @@ class Ledger:
                 now: datetime, message: str, unreadable: Mapping[str, Any] | None) -> Record:
         meta = recipient.get("metadata") or {}
         when = stamp(now)
-        body = {
+        body: dict[str, Any] = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"name": name, "namespace": namespace,
                          "labels": {LABEL: self.function, STATE_LABEL: OPEN},
