@@ -102,6 +102,7 @@ class Record:
     opened_by: str
     opened_at: datetime | None
     seen_at: datetime | None
+    last_counted: datetime | None   # the Event's lastTimestamp: the last sighting that raised its count
     resolved_by: str | None
     resolved_at: datetime | None
     written_at: datetime | None
@@ -131,7 +132,8 @@ def record_of(event: Mapping[str, Any]) -> Record | None:
         return None
     return Record(finding, (meta.get("labels") or {}).get(STATE_LABEL, OPEN), episode, int(event.get("count") or 1),
                   notes.get(OPENED_BY, ""), _parse(notes.get(OPENED_AT)), _parse(notes.get(SEEN_AT)),
-                  notes.get(RESOLVED_BY), _parse(notes.get(RESOLVED_AT)), _parse(notes.get(WRITTEN_AT)),
+                  _parse(event.get("lastTimestamp")), notes.get(RESOLVED_BY), _parse(notes.get(RESOLVED_AT)),
+                  _parse(notes.get(WRITTEN_AT)),
                   meta.get("namespace") or "default", meta["name"], meta.get("resourceVersion") or "",
                   event.get("involvedObject") or {})
 
@@ -245,7 +247,8 @@ class Ledger:
                     return None
                 if current.resolved_by == delivery:
                     return None  # the event that ended the episode is not a sighting of a new one
-                reopened = self._patch(current, finding, now, text, count=True, state=OPEN, notes={
+                # a new episode counts its sightings from one again
+                reopened = self._patch(current, finding, now, text, count=True, first=True, state=OPEN, notes={
                     EPISODE: str(current.episode + 1), OPENED_BY: delivery, OPENED_AT: stamp(now),
                     SEEN_AT: stamp(now), RESOLVED_BY: "", RESOLVED_AT: ""})
                 return Notice(DETECTED, reopened)
@@ -322,7 +325,7 @@ class Ledger:
         return found
 
     def _patch(self, record: Record, finding: Finding, now: datetime, message: str | None, *, count: bool,
-               state: str | None = None, kind: str | None = None, notes: Mapping[str, str] | None = None) -> Record:
+               first: bool = False, state: str | None = None, kind: str | None = None, notes: Mapping[str, str] | None = None) -> Record:
         stored = finding.data(state or record.state)
         annotations = {DATA: _dump(stored), WRITTEN_AT: stamp(now), **(notes or {})}
         patch: dict[str, Any] = {"metadata": {"resourceVersion": record.resource_version,
@@ -331,7 +334,7 @@ class Ledger:
             patch["metadata"]["labels"] = {STATE_LABEL: state}
             patch["type"] = kind or ("Warning" if finding.severity != "info" else "Normal")
         if count:
-            patch["count"] = record.count + 1
+            patch["count"] = 1 if first else record.count + 1
             patch["lastTimestamp"] = stamp(now)
         if message:
             patch["message"] = message

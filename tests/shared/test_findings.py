@@ -68,6 +68,7 @@ def test_a_resolved_finding_seen_again_reopens_with_a_new_reply_id(ledger):
     ledger.resolve(record, "ping-1", NOW)
     reopened = ledger.sighted(FINDING, VM, "ce-9", NOW + timedelta(minutes=5))
     assert reopened is not None and reopened.record.episode == 2 and reopened.record.resolved_by is None
+    assert reopened.record.count == 1  # the new episode counts from one
     assert first is not None and reopened.reply().id != first.reply().id
 
 
