@@ -159,11 +159,10 @@ class Notice:
                      key=f"{self.finding.ident}\x00{self.record.opened_by}")
 
 
-def report(finding: Finding, delivery: str, what: str = REPORTED) -> Reply:
+def report(finding: Finding, what: str = REPORTED) -> Reply:
     """A finding with no episode (something done, e.g. a VMI cleaned up): one reply of type
-    `<function>.<what>` with state `reported`, and no memory."""
-    return Reply(reply_type(finding.function, what), finding.subject, finding.data(REPORTED),
-                 key=f"{finding.ident}\x00{delivery}")
+    `<function>.<what>` with state `reported`, and no memory; its id comes from its identity alone."""
+    return Reply(reply_type(finding.function, what), finding.subject, finding.data(REPORTED), key=finding.ident)
 
 
 def summary(function: str, what: str, subject: str, replies: Iterable[Reply], sentence: str,

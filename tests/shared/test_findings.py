@@ -105,7 +105,7 @@ def test_the_event_is_named_from_the_identity_and_replies_follow_the_schema(ledg
     assert reply.type == "io.vmevents.device-conflict.detected"
     assert {"function", "category", "subject", "key", "identity", "severity", "summary", "advice", "details",
             "state", "episode", "count", "openedAt", "resolvedAt"} <= set(reply.data)
-    done = report(FINDING, "ce-2")
+    done = report(FINDING)
     both = one_or_summary("device-conflict", "/vmevents/device-conflict", [reply, done], "two")
     assert both is not None and both.type == "io.vmevents.device-conflict.batch"
     assert [f["id"] for f in both.data["findings"]] == [reply.id, done.id]
