@@ -9,7 +9,7 @@ import pytest
 
 from functions.device_conflict.decide import Category, decide, find_conflicts
 from functions.device_conflict.handler import target, worth_decoding
-from functions.device_conflict.index import Index, Ref
+from functions.device_conflict.index import Index, Ref, about_to_start
 from functions.device_conflict.settings import Settings
 from functions.device_conflict.wording import conflict_message, details, finding, why_resolved
 from shared.findings import record_of
@@ -245,3 +245,16 @@ def test_one_vms_verdict_names_only_the_conflicts_it_is_part_of():
     alone = decide("default/z", workloads.values())
     assert (alone.action, alone.reason, alone.conflicts) == \
         ("no-conflict", "default/z shares a device with no conflict", ())
+
+
+def test_a_vm_just_created_to_run_is_starting_not_stopped():
+    """The moment between a VM's creation and its VMI's: not a stopped VM (no double-assigned for a moment)."""
+    created = dict(seed_vm2(), metadata=dict(seed_vm2()["metadata"], creationTimestamp="2026-11-30T12:00:00Z"))
+    assert about_to_start(created)
+    assert not about_to_start(seed_vm2())  # not read from an API server: as the builders give it
+    stopped = dict(created, status={"printableStatus": "Stopped"})
+    assert not about_to_start(stopped)
+    halted = dict(created, spec=dict(created["spec"], runStrategy="Halted"))
+    assert not about_to_start(halted)
+    [found] = conflicts(seed_vm1(), created)
+    assert found.category is Category.TAKEN and found.holder.name == "vm2"
