@@ -324,7 +324,8 @@ class Ledger:
         return found
 
     def _patch(self, record: Record, finding: Finding, now: datetime, message: str | None, *, count: bool,
-               first: bool = False, state: str | None = None, kind: str | None = None, notes: Mapping[str, str] | None = None) -> Record:
+               first: bool = False, state: str | None = None, kind: str | None = None,
+               notes: Mapping[str, str] | None = None) -> Record:
         stored = finding.data(state or record.state)
         annotations = {DATA: _dump(stored), WRITTEN_AT: stamp(now), **(notes or {})}
         patch: dict[str, Any] = {"metadata": {"resourceVersion": record.resource_version,
