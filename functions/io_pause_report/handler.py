@@ -93,9 +93,7 @@ def rescan(ctx: KubeContext[Settings], delivery: str) -> Outcome:
     reason = (f"scanned {scanned} VMI(s) and {len(seen)} paused or in an episode; {len(replies)} finding(s), "
               f"{renewed} renewed")
     reply = summary(FUNCTION, "scanned", f"/vmevents/{FUNCTION}/rescan", replies, reason, {"vmis": scanned})
-    if reply is None:
-        return Outcome("rescan", reason=reason)
-    return Outcome("rescan", effect=f"reported-{len(replies)}", reason=reason, reply=reply)
+    return Outcome("rescan", effect=f"reported-{len(replies)}" if reply else "none", reason=reason, reply=reply)
 
 
 def converge(found: Target, ctx: KubeContext[Settings], listed: dict | None = None, delivery: str = "") -> Outcome:
@@ -296,7 +294,7 @@ def _int(value) -> int:
 
 # -- act: the finding's life (shared/findings.py), and reply ---------------------------------------
 def _ledger(ctx: KubeContext[Settings]) -> Ledger:
-    return Ledger(ctx.kube, FUNCTION, ctx.settings.finding_renew_after, REASON)
+    return Ledger(ctx.kube, FUNCTION, ctx.settings.finding_renew_after, REASON)  # the episode's Event: IOErrorPause
 
 
 def act(verdict: Verdict, facts: Facts, found: Target, vmi: dict | None, involved: dict, record: Record | None,
@@ -311,9 +309,8 @@ def act(verdict: Verdict, facts: Facts, found: Target, vmi: dict | None, involve
         return Outcome(action.value, effect="counted", subject=subject, reason=verdict.reason)
     if action not in (Action.REPORT, Action.ESCALATE, Action.RESOLVE):
         return Outcome(action.value, subject=subject, reason=verdict.reason)
-    vmi_name = f"{found.namespace}/{found.name}"
-    advised = advice(verdict, facts, ctx.settings) if action is not Action.RESOLVE else ()
-    message = event_message(verdict, vmi_name, advised)
+    vmi_name, advised = f"{found.namespace}/{found.name}", advice(verdict, facts, ctx.settings)
+    message = event_message(verdict, vmi_name, advised if action is not Action.RESOLVE else ())
     if action is Action.RESOLVE and record is not None:
         data = reply_data(verdict, vmi_name, None, _episode_of(record), ())
         notice = ledger.resolve(record, delivery, now, summary=message, details={
@@ -336,11 +333,10 @@ def act(verdict: Verdict, facts: Facts, found: Target, vmi: dict | None, involve
     uid = kv.meta(vmi).get("uid") if vmi else ""
     opened = finding(verdict, vmi_name, vm, uid or "", advised, message)
     notice = ledger.sighted(opened, involved, delivery, now, message=message)
-    category = named(verdict.category)
     if notice is None:  # another delivery opened it a moment ago: a sighting
         return Outcome(action.value, effect="seen-again", subject=subject, reason=verdict.reason)
-    return Outcome(action.value, effect=f"detected-{category}", subject=subject, reason=verdict.reason,
-                   reply=notice.reply())
+    return Outcome(action.value, effect=f"detected-{named(verdict.category)}", subject=subject,
+                   reason=verdict.reason, reply=notice.reply())
 
 
 def _episode_of(record: Record) -> Episode:
