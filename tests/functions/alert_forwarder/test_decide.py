@@ -265,3 +265,66 @@ def test_every_runbook_url_points_at_a_readme_heading():
     anchors = github_anchors((REPO / "README.md").read_text())
     wanted = {kind.runbook for kind in TABLE.values()} | {"other-findings"}
     assert wanted <= anchors, sorted(wanted - anchors)
+
+
+# -- findings as the producers' own code builds them --------------------------------------------------------
+def _producers_findings():
+    """One finding from each producer's own wording.finding, as its reply data."""
+    from functions.device_conflict.decide import find_conflicts
+    from functions.device_conflict.index import Index
+    from functions.device_conflict.wording import finding as device_finding
+    from functions.io_pause_report.decide import Facts as IoFacts
+    from functions.io_pause_report.decide import KubeVirtErrors, VolumeFacts
+    from functions.io_pause_report.decide import decide as io_decide
+    from functions.io_pause_report.settings import Settings as IoSettings
+    from functions.io_pause_report.wording import advice, event_message
+    from functions.io_pause_report.wording import finding as io_finding
+    from functions.migration_report.decide import decide as migration_decide
+    from functions.migration_report.settings import Settings as MigrationSettings
+    from functions.migration_report.wording import finding as migration_finding
+    from functions.migration_report.wording import reply_data
+    from functions.vmi_cleanup.decide import Action, Verdict
+    from functions.vmi_cleanup.wording import finding as cleanup_finding
+    from simcluster.builders import io_pause, kubevirt, migration
+    from simcluster.builders.devices import seed_vm1, seed_vm2
+    from tests.functions.migration_report.test_decide import facts as migration_facts
+
+    index = Index()
+    for vm in (seed_vm1(), seed_vm2()):
+        index.add_vm(vm)
+    vmi2 = dict(seed_vm2(), kind="VirtualMachineInstance", spec=seed_vm2()["spec"]["template"]["spec"],
+                status={"phase": "Running", "nodeName": "harvester-ktmg4"})
+    index.add_vmi(vmi2)
+    [conflict] = find_conflicts(index.workloads())
+    yield "device-conflict", device_finding(conflict).data("detected")
+
+    volume = VolumeFacts("disk-0", pvc="vm1-disk-0", pv="pv-1", longhorn_volume="pv-1", robustness="degraded",
+                         rebuilding=True, progress=40)
+    facts = IoFacts((volume,), KubeVirtErrors(2, ("disk-0",), None, io_pause.NOW))
+    io_verdict = io_decide(io_pause.make_vmi(), facts, None, IoSettings(), io_pause.NOW)
+    advised = advice(io_verdict, facts, IoSettings())
+    yield "io-pause-report", io_finding(io_verdict, "default/vm1", "default/vm1", "vmi-uid-1", advised,
+                                        event_message(io_verdict, "default/vm1", advised)).data("detected")
+
+    mfacts = migration_facts(reason=migration.STUCK.format(150))
+    mverdict = migration_decide(mfacts, MigrationSettings(), migration.NOW)
+    yield "migration-report", migration_finding(reply_data(mverdict, mfacts, MigrationSettings()), mfacts,
+                                                "failed").data("detected")
+
+    cleaned = kubevirt.make_vmi("vm3")
+    yield "vmi-cleanup", cleanup_finding("deleted-vmi", cleaned, None,
+                                         Verdict(Action.DELETE_VMI, "runStrategy Manual", "Manual")).data("reported")
+
+
+def test_every_producers_finding_becomes_its_alert_through_the_one_schema():
+    settings = Settings(alertmanager=AM.alertmanager, cluster="prod", min_severity="info")
+    names = {}
+    for function, data in _producers_findings():
+        (alert,) = decide(f"io.vmevents.{function}.{data['state']}",
+                          findings(incoming(f"io.vmevents.{function}.{data['state']}", data)), settings, NOW).alerts
+        assert {k: v for k, v in alert.labels.items() if k not in ("alertname", "severity", "cluster")} == {
+            k: v for k, v in data["identity"].items() if v}
+        assert alert.annotations["summary"] == data["summary"]
+        names[function] = alert.labels["alertname"]
+    assert names == {"device-conflict": "VMHostDeviceConflict", "io-pause-report": "VMPausedOnIOError",
+                     "migration-report": "VMMigrationFailed", "vmi-cleanup": "VMICleanedUp"}
