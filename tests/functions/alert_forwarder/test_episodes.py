@@ -24,12 +24,12 @@ _names = itertools.count(1)
 class World(e2e.World):
     """Every function, alert-forwarder posting Slack messages to `hook`."""
 
-    def __init__(self, *, kubevirt=None, env=None):
+    def __init__(self, *, kubevirt=None, env=None, **world):
         self.hook = Receiver().start()
         overrides = {"alert-forwarder": {"WEBHOOK_URL": f"{self.hook.url}/slack", "WEBHOOK_FORMAT": "slack"},
                      **(env or {})}
         try:
-            super().__init__(kubevirt=kubevirt, env_overrides=overrides)
+            super().__init__(kubevirt=kubevirt, env_overrides=overrides, **world)
         except BaseException:
             self.hook.stop()
             raise
