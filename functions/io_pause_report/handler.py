@@ -31,7 +31,7 @@ from functions.io_pause_report.decide import (
 from functions.io_pause_report.settings import Settings
 from functions.io_pause_report.wording import advice, event_message, finding, named, reply_data
 from shared import kubevirt as kv
-from shared.errors import TemporaryError
+from shared.errors import TemporaryError, longest_retry_after
 from shared.findings import Ledger, Record, record_of, summary
 from shared.intake import Incoming, about, may_concern
 from shared.kube import EVENT, LONGHORN_ENGINE, LONGHORN_VOLUME, PV, PVC, VMI, KubeError
@@ -63,8 +63,7 @@ def rescan(ctx: KubeContext[Settings], delivery: str) -> Outcome:
     stays open is renewed so that its Event outlives the TTL."""
     replies = []
     failures: list[TemporaryError] = []
-    seen: set[tuple[str, str]] = set()
-    scanned = 0
+    seen, scanned = set[tuple[str, str]](), 0
 
     def visit(found: Target, listed: dict | None = None) -> None:
         if (found.namespace, found.name) in seen:
@@ -89,7 +88,8 @@ def rescan(ctx: KubeContext[Settings], delivery: str) -> Outcome:
             visit(_target_of_record(record))
     renewed = ledger.renew_stale(on_record, ctx.clock())
     if failures:
-        raise TemporaryError(f"re-scan could not finish {len(failures)} VMI(s): {failures[0].message}")
+        raise TemporaryError(f"re-scan could not finish {len(failures)} VMI(s): {failures[0].message}",
+                             retry_after=longest_retry_after(failures))
     reason = (f"scanned {scanned} VMI(s) and {len(seen)} paused or in an episode; {len(replies)} finding(s), "
               f"{renewed} renewed")
     reply = summary(FUNCTION, "scanned", f"/vmevents/{FUNCTION}/rescan", replies, reason, {"vmis": scanned})

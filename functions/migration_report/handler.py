@@ -33,7 +33,8 @@ from functions.migration_report.decide import (
 from functions.migration_report.settings import Settings
 from functions.migration_report.wording import finding, reply_data, resolved_message
 from shared import kubevirt as kv
-from shared.errors import TemporaryError
+from shared import objects as o
+from shared.errors import TemporaryError, longest_retry_after
 from shared.findings import Ledger, Notice, Record, summary
 from shared.intake import Incoming, about, may_concern
 from shared.kube import EVENT, KUBEVIRT, MIGRATION_POLICY, NAMESPACE, VM, VMI, VMIM
@@ -94,7 +95,8 @@ def rescan(ctx: KubeContext[Settings], delivery: str = "") -> Outcome:
             replies.append(notice.reply())
     ledger.renew_stale(on_record, ctx.clock())
     if failures:
-        raise TemporaryError(f"re-scan could not finish {len(failures)} migration(s): {failures[0].message}")
+        raise TemporaryError(f"re-scan could not finish {len(failures)} migration(s): {failures[0].message}",
+                             retry_after=longest_retry_after(failures))
     reason = f"scanned {scanned} migration(s), {len(replies)} finding(s) reported or resolved"
     reply = summary(FUNCTION, "scanned", "/vmevents/migration-report/rescan", replies, reason,
                     {"migrations": scanned})
@@ -154,7 +156,7 @@ def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) 
 # -- read: fresh, everything KubeVirt used ----------------------------------------------------------
 def read_vmi_and_vm(vmim: dict, ctx: KubeContext[Settings]) -> tuple[dict | None, dict | None]:
     """The migrated VMI (None when gone, or when it is a newer VMI of the same name: a restart since) and its VM."""
-    namespace, vmi_name = kv.meta(vmim)["namespace"], (vmim.get("spec") or {}).get("vmiName") or ""
+    namespace, vmi_name = kv.meta(vmim)["namespace"], o.string(vmim, "spec", "vmiName")
     if not vmi_name:
         return None, None
     vmi = ctx.kube.get(VMI, namespace, vmi_name)
