@@ -16,6 +16,9 @@ class Settings:
     # is found at once (it took the device when it started); later updates of a long-running VMI
     # (guest agent, interfaces) cannot start one, and the re-scan covers any event that was missed.
     recent_start: timedelta = timedelta(minutes=5)
+    # FINDING_RENEW_AFTER: an open conflict's Event is rewritten by the re-scan once its last write is this
+    # old, so it outlives kube-apiserver's --event-ttl (1 h by default) while the conflict lasts (shared/findings.py)
+    finding_renew_after: timedelta = timedelta(minutes=15)
     # The parameter object (namespace, name): which VM each device is assigned to (assignment.py). The
     # ValidatingAdmissionPolicyBinding of deploy/components/prevent names the same object in its paramRef,
     # and deploy/base grants the function this one ConfigMap.
@@ -28,7 +31,8 @@ class Settings:
         namespace, _, name = where.partition("/")
         if not namespace or not name or "/" in name:
             raise SettingsError(f"DEVICE_ASSIGNMENTS={where!r} is not namespace/name")
-        return cls(recent_start=env.duration("CONFLICT_RECENT_START", "5m"), assignments=(namespace, name))
+        return cls(recent_start=env.duration("CONFLICT_RECENT_START", "5m"),
+                   finding_renew_after=env.duration("FINDING_RENEW_AFTER", "15m"), assignments=(namespace, name))
 
 
 def load(environ: Mapping[str, str]) -> Settings:

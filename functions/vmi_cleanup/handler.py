@@ -16,9 +16,10 @@ from functions.vmi_cleanup.settings import FUNCTION, Settings
 from shared import kubevirt as kv
 from shared import objects as o
 from shared.errors import TemporaryError, longest_retry_after
+from shared.findings import report, summary
 from shared.intake import Incoming, about, check_name, check_uid, may_concern
 from shared.kube import KUBEVIRT, VM, VMI, VMIM, Conflict, JsonPatch
-from shared.replies import Reply, reply_type
+from shared.replies import Reply
 from shared.runtime import KubeContext, Outcome
 
 PREVIOUS_ANNOTATION = "vmevents.io/previous-run-strategy"
@@ -41,7 +42,7 @@ def on_event(event: Incoming, ctx: KubeContext[Settings]) -> Outcome:
 
 def rescan(ctx: KubeContext[Settings]) -> Outcome:
     """Look at every VMI, page by page: catches missed events and makes 'after a delay' work."""
-    cleaned: list[dict[str, Any]] = []
+    cleaned: list[Reply] = []
     failures: list[TemporaryError] = []
     scanned = 0
     namespaces: list[str | None] = [*sorted(ctx.settings.namespaces)] or [None]  # None: every namespace
@@ -56,16 +57,14 @@ def rescan(ctx: KubeContext[Settings]) -> Outcome:
                 failures.append(exc)
                 continue
             if outcome.reply is not None:
-                cleaned.append(outcome.reply.data)
+                cleaned.append(outcome.reply)
     if failures:
         raise TemporaryError(f"re-scan could not finish {len(failures)} VMI(s): {failures[0].message}",
                              retry_after=longest_retry_after(failures))
     reason = wording.scanned_reason(scanned, len(cleaned))
     if not cleaned:
         return Outcome("rescan", reason=reason)
-    reply = Reply(reply_type(FUNCTION, "scanned"), "/vmevents/vmi-cleanup/rescan",
-                  {"scanned": scanned, "cleaned": cleaned},
-                  key="|".join(sorted(f"{c['vmi']}/{c['action']}" for c in cleaned)))
+    reply = summary(FUNCTION, "scanned", "/vmevents/vmi-cleanup/rescan", cleaned, reason, {"vmis": scanned})
     return Outcome("rescan", effect=f"acted-on-{len(cleaned)}", reason=reason, reply=reply)
 
 
@@ -205,6 +204,5 @@ def _report(verdict: Verdict, vmi: dict[str, Any], vm: dict[str, Any] | None, ct
             effect: str) -> Outcome:
     reason = wording.DRY_RUN if wording.is_dry_run(effect) else wording.CLEANED_UP
     ctx.recorder.record(vm or vmi, "Normal", reason, wording.event_message(effect, vmi, verdict), ctx.clock())
-    data = wording.cleaned_data(effect, vmi, vm, verdict)
-    reply = Reply(reply_type(FUNCTION, "cleaned"), kv.api_path(vmi), data, key=f"{kv.meta(vmi)['uid']}/{effect}")
+    reply = report(wording.finding(effect, vmi, vm, verdict), "cleaned")
     return Outcome(verdict.action.value, effect=effect, subject=kv.api_path(vmi), reason=verdict.reason, reply=reply)

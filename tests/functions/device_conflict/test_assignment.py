@@ -12,7 +12,10 @@ D1, D2 = host_device(), host_device("harvester-ktmg4-000004103")
 
 
 def born(obj, when):
+    """A VM as read from the API server: created at `when`, and KubeVirt has reconciled it (Stopped, until its
+    VMI says otherwise; without a printableStatus a new VM with a starting run strategy counts as starting)."""
     obj["metadata"]["creationTimestamp"] = when
+    obj.setdefault("status", {})["printableStatus"] = "Stopped"
     return obj
 
 
