@@ -31,10 +31,11 @@ from functions.io_pause_report.decide import (
 from functions.io_pause_report.settings import Settings
 from functions.io_pause_report.wording import advice, event_message, named, reply_data, volume_data
 from shared import kubevirt as kv
-from shared.errors import TemporaryError
 from shared.intake import Incoming, about, may_concern
-from shared.kube import EVENT, LONGHORN_ENGINE, LONGHORN_VOLUME, PV, PVC, VMI, KubeError
+from shared.kube import EVENT, LONGHORN_ENGINE, LONGHORN_VOLUME, NAMESPACE, PV, PVC, VMI, KubeError
 from shared.replies import Reply, reply_type
+from shared.rescan import run as rescan_run
+from shared.rescan import tick_number
 from shared.runtime import KubeContext, Outcome
 
 FUNCTION = "io-pause-report"
@@ -68,47 +69,47 @@ def on_event(event: Incoming, ctx: KubeContext[Settings]) -> Outcome:
 
 
 def rescan(ctx: KubeContext[Settings], delivery: str) -> Outcome:
-    """VMIs still paused on an IO error (stuck? a missed event?), then every open episode (ended?)."""
-    findings: list[dict] = []
-    failures: list[TemporaryError] = []
-    seen: set[tuple[str, str]] = set()
-    scanned = 0
-
-    def visit(found: Target, listed: dict | None = None) -> None:
-        if (found.namespace, found.name) in seen:
-            return
-        seen.add((found.namespace, found.name))
-        try:
-            outcome = converge(found, ctx, listed, delivery)
-        except TemporaryError as exc:
-            failures.append(exc)
-            return
-        if outcome.reply is not None:  # each finding keeps its own type and subject inside the summary
-            findings.append({"type": outcome.reply.type, "subject": outcome.reply.subject, **outcome.reply.data})
-
-    for vmi in ctx.kube.list(VMI):
-        scanned += 1
-        if io_paused(vmi) is not None:
-            visit(Target(kv.meta(vmi)["namespace"], kv.meta(vmi)["name"]), vmi)
-    for event in ctx.kube.list(EVENT, field_selector=f"reason={REASON}"):
+    """VMIs still paused on an IO error (stuck? a missed event?), then every open episode (ended?). Cheap
+    first (docs/api-cost.md): each VMI's Paused cell (Table rows, cells only, from the watch cache) and the
+    Events; only candidates are read in full and converged, within the budget (shared/rescan.py)."""
+    scanned, candidates = 0, dict[tuple[str, str], Target]()
+    # A pause is an IO-error pause only with KubeVirt's IOerror Event on the VMI (docs/facts.md §5): a VMI
+    # paused by a user or the migration monitor is not even read.
+    io_errors = {_target_of_event(e) for e in ctx.kube.list(EVENT, field_selector=f"reason={KUBEVIRT_REASON}",
+                                                            cached=True)
+                 if (e.get("involvedObject") or {}).get("kind") == "VirtualMachineInstance"}
+    for namespace in sorted(ns["metadata"]["name"] for ns in ctx.kube.list_metadata(NAMESPACE, cached=True)):
+        for row in ctx.kube.list_rows(VMI, namespace, cached=True, metadata=False):
+            scanned += 1
+            found = Target(namespace, row["metadata"]["name"])
+            if row["cells"].get("paused") == "True" and found in io_errors:
+                candidates.setdefault((found.namespace, found.name), found)
+    for event in ctx.kube.list(EVENT, field_selector=f"reason={REASON}", cached=True):
         if (event.get("source") or {}).get("component") == FUNCTION:
-            visit(_target_of_event(event))
-    if failures:
-        raise TemporaryError(f"re-scan could not finish {len(failures)} VMI(s): {failures[0].message}")
-    reason = f"scanned {scanned} VMI(s) and {len(seen)} paused or in an episode; {len(findings)} finding(s)"
+            found = _target_of_event(event)
+            candidates.setdefault((found.namespace, found.name), found)
+
+    def visit(found: Target) -> dict | None:  # each finding keeps its own type and subject inside the summary
+        reply = converge(found, ctx, delivery=delivery).reply
+        return None if reply is None else {"type": reply.type, "subject": reply.subject, **reply.data}
+
+    scan = rescan_run([candidates[k] for k in sorted(candidates)], visit, ctx.settings.rescan,
+                      subject=lambda found: f"{found.namespace}/{found.name}", rotation=tick_number(ctx.clock()))
+    findings = scan.results
+    reason = (f"scanned {scanned} VMI(s) and {len(candidates)} paused or in an episode; {len(findings)} finding(s); "
+              f"{scan.progress()}")
     if not findings:
         return Outcome("rescan", reason=reason)
     key = "|".join(sorted(f"{f['type']}:{f['vmi']}:{f['episodeStart']}:{f['category']}" for f in findings))
     reply = Reply(reply_type(FUNCTION, "scanned"), f"/vmevents/{FUNCTION}/rescan",
-                  {"scanned": scanned, "findings": findings}, key=key)
+                  {"scanned": scanned, "findings": sorted(findings, key=lambda f: (f["vmi"], f["type"]))}, key=key)
     return Outcome("rescan", effect=f"reported-{len(findings)}", reason=reason, reply=reply)
 
 
-def converge(found: Target, ctx: KubeContext[Settings], listed: dict | None = None, delivery: str = "") -> Outcome:
+def converge(found: Target, ctx: KubeContext[Settings], delivery: str = "") -> Outcome:
     """Read fresh, decide, record. Nothing but Events is ever written, so there is nothing to retry.
-    `listed` is the VMI as the re-scan's list just returned it (not read again); None: read it.
     `delivery`: the id of the event being handled (a redelivery of it answers as it did)."""
-    vmi = listed if listed is not None else ctx.kube.get(VMI, found.namespace, found.name)
+    vmi = ctx.kube.get(VMI, found.namespace, found.name)
     events = list(ctx.kube.list(EVENT, found.namespace, field_selector=f"involvedObject.name={found.name}"))
     subject = VMI.path(found.namespace, found.name)
     involved = involved_object(vmi, events, found)

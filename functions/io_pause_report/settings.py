@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
+from shared import rescan as rescan_settings
 from shared.settings import Env, SettingsError
 
 
@@ -14,6 +15,7 @@ class Settings:
     stuck_after: timedelta = timedelta(minutes=10)      # IO_PAUSE_STUCK_AFTER: paused this long is stuck
     resolved_after: timedelta = timedelta(minutes=10)   # IO_PAUSE_RESOLVED_AFTER: quiet this long ends an episode
     longhorn_namespace: str = "longhorn-system"         # LONGHORN_NAMESPACE: where Longhorn's Volumes and Engines live
+    rescan: rescan_settings.Settings = rescan_settings.Settings()  # RESCAN_BUDGET, RESCAN_WORKERS
 
 
 def load(environ: Mapping[str, str]) -> Settings:
@@ -25,4 +27,4 @@ def load(environ: Mapping[str, str]) -> Settings:
                             f"use a value like longhorn-system.")
     return Settings(stuck_after=env.duration("IO_PAUSE_STUCK_AFTER", "10m"),
                     resolved_after=env.duration("IO_PAUSE_RESOLVED_AFTER", "10m"),
-                    longhorn_namespace=namespace)
+                    longhorn_namespace=namespace, rescan=rescan_settings.load(environ))

@@ -17,15 +17,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from functions.migration_report.decide import VMIM_KIND, Action, Facts, Verdict, decide, migration_state, precheck
 from functions.migration_report.settings import Settings
 from functions.migration_report.wording import reply_data
 from shared import kubevirt as kv
-from shared.errors import TemporaryError
 from shared.intake import Incoming, about, may_concern
 from shared.kube import EVENT, KUBEVIRT, MIGRATION_POLICY, NAMESPACE, VM, VMI, VMIM
 from shared.replies import Reply, reply_type
+from shared.rescan import run as rescan_run
+from shared.rescan import tick_number
 from shared.runtime import KubeContext, Outcome
 
 FUNCTION = "migration-report"
@@ -47,30 +49,45 @@ def on_event(event: Incoming, ctx: KubeContext[Settings]) -> Outcome:
 
 
 def rescan(ctx: KubeContext[Settings]) -> Outcome:
-    """Every VMIM, page by page: a final one missed by its events is reported now (once)."""
-    reported, failures, scanned = [], [], 0
-    now = ctx.clock()
+    """Every VMIM's phase and metadata (Table rows, from the watch cache): one that is final and may have
+    ended within MIGRATION_REPORT_WITHIN is read in full and converged, a few at once within the re-scan's
+    budget (shared/rescan.py): a final one missed by its events is reported now (once). docs/api-cost.md."""
+    now, scanned, candidates = ctx.clock(), 0, []
     namespaces: list[str | None] = [*sorted(ctx.settings.namespaces)] or [None]  # None: every namespace
     for namespace in namespaces:
-        for vmim in ctx.kube.list(VMIM, namespace):
+        for row in ctx.kube.list_rows(VMIM, namespace, cached=True):
             scanned += 1
-            if precheck(vmim, ctx.settings, now):
-                continue
-            try:
-                outcome = converge(vmim, ctx)
-            except TemporaryError as exc:
-                failures.append(exc)
-                continue
-            if outcome.reply is not None:
-                reported.append({"type": outcome.reply.type, **outcome.reply.data})
-    if failures:
-        raise TemporaryError(f"re-scan could not finish {len(failures)} migration(s): {failures[0].message}")
-    reason = f"scanned {scanned} migration(s), reported {len(reported)}"
+            if row["cells"].get("phase") in kv.FINAL_PHASES and may_have_ended_within(row["metadata"], ctx.settings,
+                                                                                      now):
+                candidates.append(Target(row["metadata"].get("namespace") or "default", row["metadata"]["name"]))
+
+    def visit(found: Target) -> dict | None:
+        vmim = ctx.kube.get(VMIM, found.namespace, found.name)
+        if vmim is None or precheck(vmim, ctx.settings, now):
+            return None
+        reply = converge(vmim, ctx).reply
+        return None if reply is None else {"type": reply.type, **reply.data}
+
+    scan = rescan_run(candidates, visit, ctx.settings.rescan, subject=lambda found: f"{found.namespace}/{found.name}",
+                      rotation=tick_number(now))
+    reported = sorted(scan.results, key=lambda r: r["uid"])
+    reason = f"scanned {scanned} migration(s), reported {len(reported)}; {scan.progress()}"
     if not reported:
         return Outcome("rescan", reason=reason)
     reply = Reply(reply_type(FUNCTION, "scanned"), "/vmevents/migration-report/rescan",
-                  {"scanned": scanned, "reported": reported}, key="|".join(sorted(r["uid"] for r in reported)))
+                  {"scanned": scanned, "reported": reported}, key="|".join(r["uid"] for r in reported))
     return Outcome("rescan", effect=f"reported-{len(reported)}", reason=reason, reply=reply)
+
+
+def may_have_ended_within(meta: dict, settings: Settings, now: datetime) -> bool:
+    """From a VMIM's metadata alone: in scope, and not written since before MIGRATION_REPORT_WITHIN. Every
+    write stamps managedFields[].time (second precision), and the final phase is a write, so a migration
+    last written before the window ended before it too; without managedFields, it may have."""
+    if not settings.in_scope(meta.get("namespace") or "default"):
+        return False
+    times = [kv.parse_time(entry.get("time")) for entry in meta.get("managedFields") or () if isinstance(entry, dict)]
+    known = [t for t in times if t is not None]
+    return not known or len(known) < len(times) or now - max(known) <= settings.within + timedelta(seconds=1)
 
 
 def converge(vmim: dict, ctx: KubeContext[Settings]) -> Outcome:

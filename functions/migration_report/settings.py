@@ -5,6 +5,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
+from shared import rescan as rescan_settings
 from shared.settings import Env, SettingsError, in_scope
 
 
@@ -14,6 +15,7 @@ class Settings:
     within: timedelta = timedelta(minutes=30)       # MIGRATION_REPORT_WITHIN: older endings are not looked at
     namespaces: frozenset[str] = frozenset()        # MIGRATION_NAMESPACES (empty: every namespace)
     exclude_namespaces: frozenset[str] = frozenset()  # MIGRATION_EXCLUDE_NAMESPACES
+    rescan: rescan_settings.Settings = rescan_settings.Settings()  # RESCAN_BUDGET, RESCAN_WORKERS
 
     def in_scope(self, namespace: str) -> bool:
         return in_scope(namespace, self.namespaces, self.exclude_namespaces)
@@ -29,4 +31,5 @@ def load(environ: Mapping[str, str]) -> Settings:
     return Settings(warn_ratio=env.number("MIGRATION_WARN_RATIO", 0.8, minimum=0.01, maximum=1.0),
                     within=within,
                     namespaces=env.names("MIGRATION_NAMESPACES"),
-                    exclude_namespaces=env.names("MIGRATION_EXCLUDE_NAMESPACES"))
+                    exclude_namespaces=env.names("MIGRATION_EXCLUDE_NAMESPACES"),
+                    rescan=rescan_settings.load(environ))
