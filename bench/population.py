@@ -17,8 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from shared.kube import VM, VMI, VMIM, Kube
+from shared.kube import EVENT, VM, VMI, VMIM, Kube
 from simcluster.builders.devices import host_device, seed_vm1, seed_vm2
+from simcluster.builders.io_pause import kubevirt_event
 from simcluster.kubevirt import vmi_from_vm
 
 NAMESPACES = 10
@@ -132,12 +133,14 @@ def _vmim(plan: Plan, i: int) -> dict:
                              (phase, ended))]}}
 
 
-def populate(kube: Kube, plan: Plan, *, workers: int = 16, say: Callable[[str], None] = lambda text: None) -> Plan:
-    """Create every VM, VMI and migration of the plan through `kube` (the admin), in parallel."""
-    namespaces = sorted({plan.namespace(i) for i in range(plan.vms)})
-    for ns in namespaces:
-        kube.request("POST", "/api/v1/namespaces",
-                     body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+def populate(kube: Kube, plan: Plan, *, start: int = 0, workers: int = 16,
+             say: Callable[[str], None] = lambda text: None) -> Plan:
+    """Create VMs `start`..`plan.vms` of the plan, with their VMIs and migrations, through `kube` (the
+    admin), in parallel; a larger plan after a smaller one adds to it."""
+    if start == 0:
+        for ns in sorted({plan.namespace(i) for i in range(min(plan.vms, NAMESPACES))}):
+            kube.request("POST", "/api/v1/namespaces",
+                         body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
 
     def one(i: int) -> None:
         vm = _vm(plan, i)
@@ -145,17 +148,23 @@ def populate(kube: Kube, plan: Plan, *, workers: int = 16, say: Callable[[str], 
         if plan.shape(i) != "stopped":
             vmi = _vmi(plan, i, created)
             vmi["metadata"].pop("creationTimestamp")  # the server sets it
-            kube.create(VMI, vmi["metadata"]["namespace"], vmi)
+            stored_vmi = kube.create(VMI, vmi["metadata"]["namespace"], vmi)
+            if plan.shape(i) == "io-paused":  # virt-handler's Event for the pause (docs/facts.md §5)
+                kube.create(EVENT, vmi["metadata"]["namespace"], kubevirt_event(stored_vmi, last=plan.now))
         if i % 20 == 5 or i % 400 == 0:
             vmim = _vmim(plan, i)
             stored = kube.create(VMIM, vmim["metadata"]["namespace"], copy.deepcopy(vmim))
             # VMIM has a status subresource: the status is written as virt-controller writes it.
-            kube.request("PUT", VMIM.path(vmim["metadata"]["namespace"], stored["metadata"]["name"], "status"),
-                         body={**stored, "status": vmim["status"]})
+            path = VMIM.path(vmim["metadata"]["namespace"], stored["metadata"]["name"])
+            stored = kube.request("PUT", path + "/status", body={**stored, "status": vmim["status"]})
+            # As virt-controller wrote it, last when it ended: the server keeps managedFields a client sets.
+            for entry in stored["metadata"].get("managedFields") or ():
+                entry.update(manager="virt-controller", time=vmim["status"]["migrationState"]["endTimestamp"])
+            kube.request("PUT", path, body=stored)
 
     with ThreadPoolExecutor(workers) as pool:
-        for done, _ in enumerate(pool.map(one, range(plan.vms)), 1):
-            if done % 1000 == 0:
+        for done, _ in enumerate(pool.map(one, range(start, plan.vms)), start + 1):
+            if done % 2000 == 0:
                 say(f"  created {done}/{plan.vms} VMs")
     shapes = [plan.shape(i) for i in range(plan.vms)]
     plan.expected = {"succeeded": shapes.count("succeeded"), "io-paused": shapes.count("io-paused"),

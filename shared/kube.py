@@ -225,8 +225,9 @@ class Kube:
         get and list" in the API concepts). Up to 1.33 the cache does not paginate: with resourceVersion=0 the
         server ignores `limit` and answers every object in one response without a continue token (paginated
         lists from the cache need the alpha ListFromCacheSnapshot gate). A continue token, should one come,
-        is followed without resourceVersion: the server refuses both together ("specifying resource version
-        is not allowed when using continue"). Slightly stale: use it only where the act re-reads."""
+        is followed without resourceVersion: it carries its own (the server ignores "0" beside it and refuses
+        any other, "specifying resource version is not allowed when using continue"). Slightly stale: use it
+        only where the act re-reads with a precondition."""
         token = None
         while True:
             query = {"labelSelector": label_selector, "fieldSelector": field_selector, "limit": self.page_size,

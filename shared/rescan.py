@@ -89,16 +89,34 @@ class Scan(Generic[T]):
         return text
 
 
+def begin() -> float:
+    """When a re-scan began, for `run(started=...)`: its budget counts the listing of candidates too."""
+    return time.monotonic()
+
+
+def gather(items: Sequence[C], read: Callable[[C], T], settings: Settings) -> list[T]:
+    """`read` of each item, up to `settings.workers` at once, in the items' order (e.g. one Table LIST per
+    namespace: against a slow API their latencies overlap). The first error is raised: listing candidates
+    is not one object's business, and a re-scan that cannot list answers 503 as before."""
+    if len(items) <= 1 or settings.workers <= 1:
+        return [read(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(settings.workers, len(items)), thread_name_prefix="rescan") as pool:
+        return list(pool.map(read, items))
+
+
 def run(candidates: Sequence[C], visit: Callable[[C], T | None], settings: Settings, *,
-        subject: Callable[[C], str] = str, rotation: int = 0,
+        subject: Callable[[C], str] | None = None, rotation: int = 0, started: float | None = None,
         timer: Callable[[], float] = time.monotonic) -> Scan[T]:
-    """Visit the candidates (see the module docstring); `visit` returning None adds no result."""
+    """Visit the candidates (see the module docstring); `visit` returning None adds no result. `started`:
+    when the re-scan began (`begin()`), so that finding the candidates counts against the budget. `subject`
+    names a candidate in `Scan.failures` (default: "namespace/name" of a candidate that has both, else str)."""
+    name = subject or _subject
     ordered = list(candidates)
     if ordered:
         start = rotation % len(ordered)
         ordered = ordered[start:] + ordered[:start]
     scan: Scan[T] = Scan(len(ordered))
-    began = timer()
+    began = timer() if started is None else started
     deadline = began + settings.budget.total_seconds()
     longest = [0.0]
     lock = threading.Lock()
@@ -109,7 +127,7 @@ def run(candidates: Sequence[C], visit: Callable[[C], T | None], settings: Setti
             result = visit(candidate)
         except Exception as exc:  # noqa: BLE001 - one object's failure, whatever it is, is that object's only
             with lock:
-                scan.failures.append(Failure(subject(candidate), _message(exc)))
+                scan.failures.append(Failure(name(candidate), _message(exc)))
         else:
             if result is not None:
                 with lock:
@@ -132,6 +150,11 @@ def run(candidates: Sequence[C], visit: Callable[[C], T | None], settings: Setti
         wait(pending)
     scan.seconds = timer() - began
     return scan
+
+
+def _subject(candidate: object) -> str:
+    namespace, name = getattr(candidate, "namespace", None), getattr(candidate, "name", None)
+    return f"{namespace}/{name}" if namespace is not None and name is not None else str(candidate)
 
 
 def _message(exc: Exception) -> str:

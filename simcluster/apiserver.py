@@ -408,10 +408,11 @@ class _Handler(BaseHTTPRequestHandler):
     def _list(self, route: Route, query: dict, body: Any) -> int:
         form = tables.wanted_form(self.headers.get("Accept"))
         limit, token, rv = _param(query, "limit"), _param(query, "continue"), _param(query, "resourceVersion")
-        if token and rv:
-            # k8s.io/apiserver storage/etcd3 store.go GetList (and the cacher): a continue token carries its own.
+        if token and rv not in (None, "", "0"):
+            # k8s.io/apiserver storage/etcd3 store.go GetList: a continue token carries its own version; "0"
+            # is let through (and ignored: the continued list reads etcd at the token's version).
             raise bad_request("specifying resource version is not allowed when using continue")
-        if rv == "0":
+        if rv == "0" and not token:
             # "Any version": the watch cache answers, and up to 1.33 it does not paginate (limit ignored).
             limit = None
         page = self._store.list(route.rt, route.namespace or None, _param(query, "labelSelector"),

@@ -31,11 +31,10 @@ from functions.io_pause_report.decide import (
 from functions.io_pause_report.settings import Settings
 from functions.io_pause_report.wording import advice, event_message, named, reply_data, volume_data
 from shared import kubevirt as kv
+from shared import rescan as rescans
 from shared.intake import Incoming, about, may_concern
 from shared.kube import EVENT, LONGHORN_ENGINE, LONGHORN_VOLUME, NAMESPACE, PV, PVC, VMI, KubeError
 from shared.replies import Reply, reply_type
-from shared.rescan import run as rescan_run
-from shared.rescan import tick_number
 from shared.runtime import KubeContext, Outcome
 
 FUNCTION = "io-pause-report"
@@ -72,17 +71,18 @@ def rescan(ctx: KubeContext[Settings], delivery: str) -> Outcome:
     """VMIs still paused on an IO error (stuck? a missed event?), then every open episode (ended?). Cheap
     first (docs/api-cost.md): each VMI's Paused cell (Table rows, cells only, from the watch cache) and the
     Events; only candidates are read in full and converged, within the budget (shared/rescan.py)."""
-    scanned, candidates = 0, dict[tuple[str, str], Target]()
+    began, scanned, candidates = rescans.begin(), 0, dict[tuple[str, str], Target]()
     # A pause is an IO-error pause only with KubeVirt's IOerror Event on the VMI (docs/facts.md §5): a VMI
     # paused by a user or the migration monitor is not even read.
     io_errors = {_target_of_event(e) for e in ctx.kube.list(EVENT, field_selector=f"reason={KUBEVIRT_REASON}",
                                                             cached=True)
                  if (e.get("involvedObject") or {}).get("kind") == "VirtualMachineInstance"}
-    for namespace in sorted(ns["metadata"]["name"] for ns in ctx.kube.list_metadata(NAMESPACE, cached=True)):
-        for row in ctx.kube.list_rows(VMI, namespace, cached=True, metadata=False):
-            scanned += 1
-            found = Target(namespace, row["metadata"]["name"])
-            if row["cells"].get("paused") == "True" and found in io_errors:
+    namespaces = sorted(ns["metadata"]["name"] for ns in ctx.kube.list_metadata(NAMESPACE, cached=True))
+    for namespace, rows in zip(namespaces, rescans.gather(namespaces, lambda namespace: list(
+            ctx.kube.list_rows(VMI, namespace, cached=True, metadata=False)), ctx.settings.rescan), strict=True):
+        scanned += len(rows)
+        for found in (Target(namespace, r["metadata"]["name"]) for r in rows if r["cells"].get("paused") == "True"):
+            if found in io_errors:
                 candidates.setdefault((found.namespace, found.name), found)
     for event in ctx.kube.list(EVENT, field_selector=f"reason={REASON}", cached=True):
         if (event.get("source") or {}).get("component") == FUNCTION:
@@ -93,8 +93,8 @@ def rescan(ctx: KubeContext[Settings], delivery: str) -> Outcome:
         reply = converge(found, ctx, delivery=delivery).reply
         return None if reply is None else {"type": reply.type, "subject": reply.subject, **reply.data}
 
-    scan = rescan_run([candidates[k] for k in sorted(candidates)], visit, ctx.settings.rescan,
-                      subject=lambda found: f"{found.namespace}/{found.name}", rotation=tick_number(ctx.clock()))
+    scan = rescans.run([candidates[k] for k in sorted(candidates)], visit, ctx.settings.rescan, started=began,
+                       rotation=rescans.tick_number(ctx.clock()))
     findings = scan.results
     reason = (f"scanned {scanned} VMI(s) and {len(candidates)} paused or in an episode; {len(findings)} finding(s); "
               f"{scan.progress()}")

@@ -23,11 +23,10 @@ from functions.migration_report.decide import VMIM_KIND, Action, Facts, Verdict,
 from functions.migration_report.settings import Settings
 from functions.migration_report.wording import reply_data
 from shared import kubevirt as kv
+from shared import rescan as rescans
 from shared.intake import Incoming, about, may_concern
 from shared.kube import EVENT, KUBEVIRT, MIGRATION_POLICY, NAMESPACE, VM, VMI, VMIM
 from shared.replies import Reply, reply_type
-from shared.rescan import run as rescan_run
-from shared.rescan import tick_number
 from shared.runtime import KubeContext, Outcome
 
 FUNCTION = "migration-report"
@@ -52,7 +51,7 @@ def rescan(ctx: KubeContext[Settings]) -> Outcome:
     """Every VMIM's phase and metadata (Table rows, from the watch cache): one that is final and may have
     ended within MIGRATION_REPORT_WITHIN is read in full and converged, a few at once within the re-scan's
     budget (shared/rescan.py): a final one missed by its events is reported now (once). docs/api-cost.md."""
-    now, scanned, candidates = ctx.clock(), 0, []
+    began, now, scanned, candidates = rescans.begin(), ctx.clock(), 0, []
     namespaces: list[str | None] = [*sorted(ctx.settings.namespaces)] or [None]  # None: every namespace
     for namespace in namespaces:
         for row in ctx.kube.list_rows(VMIM, namespace, cached=True):
@@ -68,8 +67,7 @@ def rescan(ctx: KubeContext[Settings]) -> Outcome:
         reply = converge(vmim, ctx).reply
         return None if reply is None else {"type": reply.type, **reply.data}
 
-    scan = rescan_run(candidates, visit, ctx.settings.rescan, subject=lambda found: f"{found.namespace}/{found.name}",
-                      rotation=tick_number(now))
+    scan = rescans.run(candidates, visit, ctx.settings.rescan, rotation=rescans.tick_number(now), started=began)
     reported = sorted(scan.results, key=lambda r: r["uid"])
     reason = f"scanned {scanned} migration(s), reported {len(reported)}; {scan.progress()}"
     if not reported:

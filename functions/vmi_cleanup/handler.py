@@ -14,12 +14,11 @@ from functions.vmi_cleanup import wording
 from functions.vmi_cleanup.decide import ACTING, Action, Facts, Verdict, decide
 from functions.vmi_cleanup.settings import FUNCTION, Settings
 from shared import kubevirt as kv
+from shared import rescan as rescans
 from shared.errors import TemporaryError
 from shared.intake import Incoming, about, may_concern
 from shared.kube import KUBEVIRT, NAMESPACE, VM, VMI, VMIM, Conflict, JsonPatch
 from shared.replies import Reply, reply_type
-from shared.rescan import run as rescan_run
-from shared.rescan import tick_number
 from shared.runtime import KubeContext, Outcome
 
 PREVIOUS_ANNOTATION = "vmevents.io/previous-run-strategy"
@@ -44,14 +43,16 @@ def rescan(ctx: KubeContext[Settings]) -> Outcome:
     """Every VMI's phase from the Table form of the list (cells only, from the watch cache, one namespace
     at a time), then each VMI in a final phase read in full and converged: catches missed events and makes
     'after a delay' work. Why the cheap read is safe: docs/api-cost.md; budget and isolation: shared/rescan.py."""
-    scanned, candidates = 0, []
-    for namespace in _namespaces(ctx):
-        for row in ctx.kube.list_rows(VMI, namespace, cached=True, metadata=False):
-            scanned += 1
-            if row["cells"].get("phase") in ctx.settings.phases:
-                candidates.append(Target(namespace, row["metadata"]["name"]))
-    scan = rescan_run(candidates, lambda found: _visit(found, ctx), ctx.settings.rescan,
-                      subject=lambda found: f"{found.namespace}/{found.name}", rotation=tick_number(ctx.clock()))
+    began = rescans.begin()
+    listed = rescans.gather(_namespaces(ctx), lambda namespace: [
+        (namespace, row) for row in ctx.kube.list_rows(VMI, namespace, cached=True, metadata=False)],
+        ctx.settings.rescan)
+    rows = [pair for pairs in listed for pair in pairs]
+    scanned = len(rows)
+    candidates = [Target(namespace, row["metadata"]["name"]) for namespace, row in rows
+                  if row["cells"].get("phase") in ctx.settings.phases]
+    scan = rescans.run(candidates, lambda found: _visit(found, ctx), ctx.settings.rescan, started=began,
+                       rotation=rescans.tick_number(ctx.clock()))
     cleaned = sorted(scan.results, key=lambda c: c["vmi"])
     reason = f"{wording.scanned_reason(scanned, len(cleaned))}; {scan.progress()}"
     if not cleaned:
