@@ -7,9 +7,10 @@ additionalPrinterColumns (apiextensions-apiserver registry/customresource/tablec
 `object` the PartialObjectMetadata of the object (includeObject=Metadata, the default), the full object
 (Object) or nothing (None); `...;as=PartialObjectMetadataList;...` answers the items' metadata only. A
 server that cannot give any form the Accept header names answers 406. The printer columns are KubeVirt's
-(controlplane/crds.py copies them from virt-operator's crds.go); other kinds have Name and Age, the
-custom-resource default. Built-in kinds (Pods, Events) have their own printers in kube-apiserver, which
-the simulator does not reproduce: a Table of them is a 406 here.
+(PRINTER_COLUMNS below, from virt-operator's crds.go; controlplane/crds.py installs the same on a real
+server). Other custom resources get Name and Age, the default: Longhorn's and the other vendored CRDs'
+columns are not read (nothing lists them as a Table). Built-in kinds (Pods, Events) have their own printers
+in kube-apiserver, which the simulator does not reproduce: a Table of them is a 406 here.
 """
 from __future__ import annotations
 
@@ -28,6 +29,33 @@ _NAME_COLUMN = {"name": "Name", "type": "string", "format": "name",
                                "https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
                 "priority": 0}
 _AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+_PHASE = {"name": "Phase", "type": "string", "jsonPath": ".status.phase"}
+
+# KubeVirt's additionalPrinterColumns, per plural of group kubevirt.io (migrationpolicies:
+# migrations.kubevirt.io), copied from virt-operator's pkg/virt-operator/resource/generate/components/crds.go;
+# controlplane/crds.py installs them in the CRDs of a real server.
+PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
+    "virtualmachineinstances": [
+        _AGE, _PHASE,
+        {"name": "IP", "type": "string", "jsonPath": ".status.interfaces[0].ipAddress"},
+        {"name": "NodeName", "type": "string", "jsonPath": ".status.nodeName"},
+        {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type=='Ready')].status"},
+        {"name": "Live-Migratable", "type": "string", "priority": 1,
+         "jsonPath": ".status.conditions[?(@.type=='LiveMigratable')].status"},
+        {"name": "Paused", "type": "string", "priority": 1,
+         "jsonPath": ".status.conditions[?(@.type=='Paused')].status"}],
+    "virtualmachines": [
+        _AGE, {"name": "Status", "description": "Human Readable Status", "type": "string",
+               "jsonPath": ".status.printableStatus"},
+        {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type=='Ready')].status"}],
+    "virtualmachineinstancemigrations": [
+        {**_PHASE, "description": "The current phase of VM instance migration"},
+        {"name": "VMI", "type": "string", "jsonPath": ".spec.vmiName",
+         "description": "The name of the VMI to perform the migration on"}],
+    "kubevirts": [_AGE, _PHASE],
+    "migrationpolicies": [],
+}
+_KUBEVIRT_GROUPS = ("kubevirt.io", "migrations.kubevirt.io")
 
 
 def wanted_form(accept: str | None) -> str | None:
@@ -83,12 +111,9 @@ def table(rt: ResourceType, items: list[dict], metadata: dict, include: str, now
 
 
 def printer_columns(rt: ResourceType) -> list[dict]:
-    # Imported here: controlplane.crds reads simcluster's schema files (no cycle at import time).
-    from controlplane.crds import KUBEVIRT_CRDS
-
-    for spec in KUBEVIRT_CRDS:
-        if spec["plural"] == rt.plural and spec.get("group", "kubevirt.io") == rt.group:
-            return list(spec["columns"]) or [_AGE]
+    """A custom resource's columns after Name: its additionalPrinterColumns, else Age (the default)."""
+    if rt.group in _KUBEVIRT_GROUPS:
+        return list(PRINTER_COLUMNS.get(rt.plural) or ()) or [_AGE]
     return [_AGE]
 
 
