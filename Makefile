@@ -2,7 +2,7 @@
 PYTHON ?= python3
 STAMP := .run/installed
 
-.PHONY: install run cluster cluster-down test lint typecheck check bench clean image lock deploy undeploy e2e
+.PHONY: install run cluster cluster-down test lint typecheck check bench clean image lock deploy undeploy e2e fuzz
 
 # Install on a real cluster (README "Install on Harvester"). IMAGE must match deploy/base/kustomization.yaml
 # `images` (tests/deploy/test_deploy.py checks the default); OVERLAY is one of deploy/overlays/.
@@ -35,6 +35,10 @@ cluster-down: $(STAMP)
 test: $(STAMP)
 	@$(PYTHON) -m controlplane prepare
 	$(PYTHON) -m pytest
+
+# The fuzz suite (tests/fuzz/, part of `make test`) with ten times as many requests per function; prints the tally.
+fuzz: $(STAMP)
+	VMEVENTS_FUZZ=long $(PYTHON) -m pytest -q tests/fuzz
 
 # The configuration of both is in pyproject.toml ([tool.ruff], [tool.mypy]); .pre-commit-config.yaml runs the same.
 lint: $(STAMP)

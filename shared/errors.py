@@ -9,6 +9,9 @@ PermanentError / TemporaryError.
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Iterable
+from email.utils import parsedate_to_datetime
 
 
 class VmeventsError(Exception):
@@ -36,6 +39,34 @@ class TemporaryError(VmeventsError):
     """The same event may succeed on redelivery."""
 
     status = 503
+
+
+# A Retry-After beyond this is not a server's hint but a mistake: the broker's own backoff applies instead.
+MAX_RETRY_AFTER = 3600.0
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header (RFC 9110 §10.2.3: delay-seconds or an HTTP-date), or None
+    when absent or unreadable. A date in the past is 0 s; anything is capped at MAX_RETRY_AFTER."""
+    value = (value or "").strip()
+    if not value:
+        return None
+    if value.isdigit():
+        return min(float(value), MAX_RETRY_AFTER)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # RFC 9110 HTTP-dates are GMT
+        return None
+    seconds = when.timestamp() - (time.time() if now is None else now)
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+
+
+def longest_retry_after(errors: Iterable[VmeventsError]) -> float | None:
+    """The longest Retry-After among errors, for an error that stands for all of them (a re-scan's)."""
+    waits = [error.retry_after for error in errors if error.retry_after is not None]
+    return max(waits) if waits else None
 
 
 def http_answer(error: Exception) -> tuple[int, dict[str, str], bytes]:

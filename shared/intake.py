@@ -6,9 +6,14 @@ ApiServerSource Resource mode (data = the whole object), Reference mode (data = 
 fetch) and PingSource ticks (docs/facts.md §6). Parsing is hand-written rather than
 `cloudevents.http.from_http` (and JSON is decoded with orjson) because it sits on the hot path of
 every event, and each failure must become a sentence an operator can act on.
+
+Every identifier an event names (kind, apiVersion, name, namespace, uid, subject) is checked here
+against Kubernetes' own rules for it, so nothing a sender invents reaches a request path or a
+selector: a name with a `/`, `?` or `,` in it is a 400 before any API call.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +29,58 @@ OPERATIONS = ("add", "update", "delete")
 _REQUIRED = ("id", "source", "type")
 _CONTEXT = frozenset({"specversion", "id", "source", "type", "subject", "time", "datacontenttype", "dataschema"})
 _STRUCTURED = "application/cloudevents+json"
+
+# k8s.io/apimachinery pkg/util/validation/validation.go: IsDNS1123Label (63 characters) and
+# IsDNS1123Subdomain (253). Namespaces are labels; the name of every other kind the functions read
+# (pods, events and KubeVirt's custom resources: apiextensions validates them with NameIsDNSSubdomain)
+# is a subdomain.
+_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+_SUBDOMAIN = rf"{_LABEL}(?:\.{_LABEL})*"
+DNS1123_LABEL = re.compile(_LABEL)
+DNS1123_SUBDOMAIN = re.compile(_SUBDOMAIN)
+LABEL_NAMED_KINDS = frozenset({"Namespace"})
+# A kind is a Go type name in CamelCase (the API's `kind`); an apiVersion is `[group/]version` with a
+# Kubernetes version (v1, v1beta2, v2alpha1: apimachinery's version priority rules).
+KIND = re.compile(r"[A-Z][A-Za-z0-9]{0,62}")
+API_VERSION = re.compile(rf"(?:{_SUBDOMAIN}/)?v[1-9][0-9]*(?:(?:alpha|beta)[1-9][0-9]*)?")
+# metadata.uid is a UUID the API server generates (types.UID); accept its characters only, so a uid
+# is always safe in a selector.
+UID = re.compile(r"[0-9A-Za-z](?:[-0-9A-Za-z]{0,126}[0-9A-Za-z])?")
+MAX_SUBJECT = 1024
+
+
+def check_name(kind: str, name: object, what: str = "name") -> str:
+    """`name` when it is a valid name for an object of `kind`, else a BadEvent saying the rule."""
+    label = kind in LABEL_NAMED_KINDS
+    rule, limit = (DNS1123_LABEL, 63) if label else (DNS1123_SUBDOMAIN, 253)
+    if isinstance(name, str) and len(name) <= limit and rule.fullmatch(name):
+        return name
+    raise BadEvent(f"{what} {_shown(name)} is not a valid {kind} name (a DNS-1123 {'label' if label else 'subdomain'}: "
+                   f"lower-case letters, digits{'' if label else ', dots'} and '-', at most {limit} characters)")
+
+
+def check_namespace(namespace: object) -> str:
+    return check_name("Namespace", namespace, "namespace")
+
+
+def check_uid(uid: object) -> str:
+    if isinstance(uid, str) and UID.fullmatch(uid):
+        return uid
+    raise BadEvent(f"uid {_shown(uid)} is not a Kubernetes uid (a UUID)")
+
+
+def valid_name(kind: str, name: object) -> bool:
+    try:
+        check_name(kind, name)
+    except BadEvent:
+        return False
+    return True
+
+
+def _shown(value: object) -> str:
+    """A value for an error message: short, whatever it is (the message is also logged)."""
+    text = repr(value) if isinstance(value, str) else f"of type {type(value).__name__}"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 @dataclass(frozen=True)
@@ -63,14 +120,15 @@ class Incoming:
 
     @property
     def kind(self) -> str | None:
-        return self.extensions.get("kind") or (self.data.get("kind") if isinstance(self.data, dict) else None)
+        kind = self.extensions.get("kind") or (self.data.get("kind") if isinstance(self.data, dict) else None)
+        return kind if isinstance(kind, str) else None
 
     def object(self) -> dict:
         """The object a Resource-mode event carries. It is a hint, never evidence: re-read it."""
         obj = self.data
         meta = obj.get("metadata") if isinstance(obj, dict) else None
         if not isinstance(obj, dict) or not isinstance(meta, dict) or not isinstance(meta.get("name"), str) \
-                or not obj.get("kind"):
+                or not isinstance(obj.get("kind"), str) or not obj["kind"]:
             raise BadEvent(f"event {self.id} ({self.type}) does not carry a Kubernetes object: "
                            f"data needs kind and metadata.name")
         if self.extensions.get("kind") and self.extensions["kind"] != obj["kind"]:
@@ -84,6 +142,19 @@ class Incoming:
         if missing:
             raise BadEvent(f"event {self.id} ({self.type}) is a reference without {', '.join(missing)}")
         return ObjectRef(data["apiVersion"], data["kind"], data["name"], data.get("namespace") or None)
+
+
+def checked(ref: ObjectRef, event_id: str) -> ObjectRef:
+    """The reference when each of its parts follows Kubernetes' rules, else a BadEvent naming the part."""
+    if not isinstance(ref.kind, str) or not KIND.fullmatch(ref.kind):
+        raise BadEvent(f"event {event_id}: kind {_shown(ref.kind)} is not a Kubernetes kind")
+    if ref.api_version and not (isinstance(ref.api_version, str) and API_VERSION.fullmatch(ref.api_version)):
+        raise BadEvent(f"event {event_id}: apiVersion {_shown(ref.api_version)} is not a Kubernetes apiVersion "
+                       f"(group/version, like kubevirt.io/v1)")
+    check_name(ref.kind, ref.name, f"event {event_id}: name")
+    if ref.namespace is not None:
+        check_name("Namespace", ref.namespace, f"event {event_id}: namespace")
+    return ref
 
 
 @dataclass(frozen=True)
@@ -106,15 +177,21 @@ def about(event: Incoming, kinds: Collection[str], function: str, *,
     """The object an ApiServerSource event concerns, if it is one of `kinds` (in Reference mode, of
     `ref_kinds`, which defaults to `kinds`). Anything else is a BadEvent naming what `function`
     handles. PingSource ticks are the caller's to handle before."""
-    if event.family == "ref":
-        ref, obj, accepted = event.ref(), None, kinds if ref_kinds is None else ref_kinds
-    elif event.family == "resource":
-        obj, accepted = event.object(), kinds
-        meta = obj["metadata"]
-        ref = ObjectRef(obj.get("apiVersion", ""), obj["kind"], meta["name"], meta.get("namespace"))
-    else:
+    if event.family not in ("ref", "resource"):
         raise BadEvent(f"unsupported event type {event.type}; {function} handles dev.knative.apiserver.resource.*, "
                        f"dev.knative.apiserver.ref.* and dev.knative.sources.ping")
+    if event.operation not in OPERATIONS:
+        # ApiServerSource sends add, update and delete only (docs/facts.md §6): another verb is a
+        # sender this function does not understand, and guessing (say, "an update") could act on it.
+        raise BadEvent(f"unsupported event type {event.type}: ApiServerSource events end in "
+                       f"{', '.join(OPERATIONS)}")
+    if event.family == "ref":
+        ref, obj, accepted = event.ref(), None, kinds if ref_kinds is None else ref_kinds
+    else:
+        obj, accepted = event.object(), kinds
+        meta = obj["metadata"]
+        ref = ObjectRef(obj.get("apiVersion") or "", obj["kind"], meta["name"], meta.get("namespace") or None)
+    ref = checked(ref, event.id)
     if ref.kind not in accepted:
         raise BadEvent(f"event {event.id} is about a {ref.kind}; {function} handles "
                        f"{' and '.join(sorted(accepted))} events" + ("" if obj is not None else " in Reference mode"))
@@ -164,7 +241,7 @@ def check_binary(headers: Mapping[str, str]) -> None:
 
 def _check(attribute: Callable[[str], Any]) -> None:
     if attribute("specversion") != "1.0":
-        raise BadEvent(f"unsupported CloudEvents specversion {attribute('specversion')!r}; send 1.0")
+        raise BadEvent(f"unsupported CloudEvents specversion {_shown(attribute('specversion'))}; send 1.0")
     missing = [name for name in _REQUIRED if not isinstance(attribute(name), str) or not attribute(name)]
     if missing:
         raise BadEvent(f"CloudEvent is missing required attribute(s): {', '.join(missing)}")
@@ -202,6 +279,20 @@ def _decode_data(body: bytes, content_type: str, event_id: str) -> Any:
 
 def _build(attributes: dict[str, Any], data: Any) -> Incoming:
     _check(attributes.get)
-    extensions = {key: str(value) for key, value in attributes.items() if key not in _CONTEXT}
+    subject = attributes.get("subject")
+    if subject is not None and (not isinstance(subject, str) or len(subject) > MAX_SUBJECT
+                                or not subject.isprintable()):
+        raise BadEvent(f"event {_shown(attributes['id'])}: subject must be a printable string of at most "
+                       f"{MAX_SUBJECT} characters")
+    extensions = {}
+    for key, value in attributes.items():
+        if key in _CONTEXT:
+            continue
+        # CloudEvents 1.0 §3.1.1 and the JSON format §2.2: an attribute is a string, an integer or a
+        # boolean; an object or a list is not a CloudEvent this function should guess about.
+        if not isinstance(value, (str, int, float)) or value != value:  # value != value: NaN
+            raise BadEvent(f"event {_shown(attributes['id'])}: attribute {_shown(key)} must be a string, "
+                           f"a number or a boolean")
+        extensions[key] = ("true" if value else "false") if isinstance(value, bool) else str(value)
     return Incoming(id=attributes["id"], type=attributes["type"], source=attributes["source"],
-                    subject=attributes.get("subject"), data=data, extensions=extensions)
+                    subject=subject, data=data, extensions=extensions)

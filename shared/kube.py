@@ -15,6 +15,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -22,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3 import Retry
 from urllib3.exceptions import HTTPError as TransportError
 
-from shared.errors import PermanentError, TemporaryError
+from shared.errors import PermanentError, TemporaryError, parse_retry_after
 
 # (connect, read) seconds: a hung API server must turn into a 5xx before the broker's delivery
 # timeout, so the broker redelivers instead of giving up on a slow attempt.
@@ -40,16 +41,25 @@ class Kind:
     namespaced: bool = True
 
     def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        """The request path. Every caller-given segment is percent-escaped (no `/`, `?`, `#` or `..` survives),
+        so a name can never turn a GET into another resource's GET, a WATCH or a query: at worst it names
+        an object that does not exist."""
         root = f"/api/{self.api_version}" if "/" not in self.api_version else f"/apis/{self.api_version}"
         parts = [root]
         if self.namespaced and namespace:
-            parts.append(f"namespaces/{namespace}")
+            parts.append(f"namespaces/{_segment(namespace)}")
         parts.append(self.plural)
         if name:
-            parts.append(name)
+            parts.append(_segment(name))
         if subresource:
-            parts.append(subresource)
+            parts.append(_segment(subresource))
         return "/".join(parts)
+
+
+def _segment(text: str) -> str:
+    """One path segment, escaped; `.` and `..` (which a URL resolver would collapse) are escaped too."""
+    escaped = quote(str(text), safe="")
+    return escaped.replace(".", "%2E") if escaped in (".", "..") else escaped
 
 
 VMI = Kind("kubevirt.io/v1", "VirtualMachineInstance", "virtualmachineinstances")
@@ -168,10 +178,9 @@ class Kube:
         except (TransportError, OSError) as exc:
             raise Unavailable(f"{what}: Kubernetes API unreachable ({exc.__class__.__name__})") from None
         if response.status >= 300:
-            retry_after = response.getheader("Retry-After")
             message = _status_message(data, f"HTTP {response.status}")
-            raise _error_for(response.status, f"{what}: {message}",
-                             float(retry_after) if retry_after and retry_after.isdigit() else None)
+            retry_after = parse_retry_after(response.getheader("Retry-After"))
+            raise _error_for(response.status, f"{what}: {message}", retry_after)
         return _json_object(data)
 
     # -- verbs -------------------------------------------------------------------------------
@@ -277,12 +286,25 @@ def connect() -> Kube:
     """
     configuration = _configuration()
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        k8s_config.load_incluster_config(client_configuration=configuration)
+        try:
+            k8s_config.load_incluster_config(client_configuration=configuration)
+        except Exception as exc:  # noqa: BLE001 - whatever it is, it must be one line, not a traceback
+            raise RuntimeError(f"in-cluster Kubernetes configuration cannot be used: {_one_line(exc)}") from None
         return Kube(k8s.ApiClient(configuration))
+    path = os.environ.get("KUBECONFIG") or None
+    if path and not os.path.isfile(path.split(os.pathsep)[0]):
+        raise RuntimeError(f"no Kubernetes configuration: not in a cluster and KUBECONFIG={path} cannot be used "
+                           f"(no such file); set KUBECONFIG to a kubeconfig file.")
     try:
         # Pass KUBECONFIG explicitly: the client reads it at import time otherwise.
-        return Kube(k8s_config.new_client_from_config(config_file=os.environ.get("KUBECONFIG") or None,
-                                                      client_configuration=configuration))
-    except (k8s_config.ConfigException, OSError) as exc:
-        raise RuntimeError(f"no Kubernetes configuration: not in a cluster and no usable KUBECONFIG ({exc}); "
-                           f"set KUBECONFIG to a kubeconfig file.") from None
+        return Kube(k8s_config.new_client_from_config(config_file=path, client_configuration=configuration))
+    except Exception as exc:  # noqa: BLE001 - a YAML error, a list where a map is due, a missing key, ...
+        where = f"KUBECONFIG={path}" if path else f"{os.path.expanduser(k8s_config.KUBE_CONFIG_DEFAULT_LOCATION)}"
+        raise RuntimeError(f"no Kubernetes configuration: not in a cluster and {where} cannot be used "
+                           f"({_one_line(exc)}); set KUBECONFIG to a kubeconfig file.") from None
+
+
+def _one_line(error: Exception) -> str:
+    """An exception as one short line: the client's messages can span lines (YAML marks) or quote a whole file."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= 200 else text[:197] + "..."

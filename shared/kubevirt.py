@@ -1,38 +1,48 @@
 """Reading KubeVirt objects: phases, owners, run strategies and versions (docs/facts.md §1–2).
 
-Pure functions over the dicts the API returns; no I/O.
+Pure functions over the dicts the API returns (and events carry); no I/O. Every read goes through
+shared.objects, so a field of the wrong type is absent, never an exception.
 """
 from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from typing import Any
+
+from shared import objects as o
 
 FINAL_PHASES = ("Succeeded", "Failed")
 RUN_STRATEGIES = ("Always", "RerunOnFailure", "Manual", "Once", "Halted")
 
 
-def meta(obj: dict) -> dict:
-    return obj.get("metadata") or {}
+def meta(obj: Any) -> dict:
+    """metadata, or {} when absent or not an object."""
+    return o.mapping(obj, "metadata")
 
 
-def annotations_of(obj: dict | None) -> dict:
-    return (meta(obj).get("annotations") or {}) if obj else {}
+def annotations_of(obj: Any) -> dict[str, str]:
+    """The annotations whose values are strings (a Kubernetes annotation always is)."""
+    return o.strings(obj, "metadata", "annotations")
+
+
+def labels_of(obj: Any) -> dict[str, str]:
+    return o.strings(obj, "metadata", "labels")
 
 
 def api_path(obj: dict) -> str:
     """The object's API path, as ApiServerSource puts it in `subject`."""
-    m = meta(obj)
-    api_version = obj.get("apiVersion", "v1")
+    api_version, kind = o.text(obj, "apiVersion", default="v1"), o.string(obj, "kind")
     plural = {"VirtualMachineInstance": "virtualmachineinstances", "VirtualMachine": "virtualmachines",
               "VirtualMachineInstanceMigration": "virtualmachineinstancemigrations",
-              "Pod": "pods"}.get(obj.get("kind", ""), obj.get("kind", "").lower() + "s")
-    namespace = f"/namespaces/{m['namespace']}" if m.get("namespace") else ""
-    return f"/apis/{api_version}{namespace}/{plural}/{m.get('name')}"
+              "Pod": "pods"}.get(kind, kind.lower() + "s")
+    namespace = o.string(obj, "metadata", "namespace")
+    where = f"/namespaces/{namespace}" if namespace else ""
+    return f"/apis/{api_version}{where}/{plural}/{o.text(obj, 'metadata', 'name')}"
 
 
-def parse_time(text: str | None) -> datetime | None:
+def parse_time(text: Any) -> datetime | None:
     """RFC 3339 as Kubernetes writes it ('2024-02-21T03:56:46Z'); None when absent or unreadable."""
-    if not text:
+    if not text or not isinstance(text, str):
         return None
     try:
         value = datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -41,43 +51,47 @@ def parse_time(text: str | None) -> datetime | None:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
-def phase(vmi: dict) -> str:
-    return (vmi.get("status") or {}).get("phase") or ""
+def conditions_of(obj: Any) -> list[dict]:
+    """status.conditions: the entries that are objects."""
+    return list(o.objects(obj, "status", "conditions"))
+
+
+def phase(vmi: Any) -> str:
+    return o.string(vmi, "status", "phase")
 
 
 def phase_since(vmi: dict, which: str) -> datetime | None:
     """When the VMI entered phase `which`, from status.phaseTransitionTimestamps (the last entry wins)."""
     found = None
-    for entry in (vmi.get("status") or {}).get("phaseTransitionTimestamps") or ():
+    for entry in o.objects(vmi, "status", "phaseTransitionTimestamps"):
         if entry.get("phase") == which:
             found = parse_time(entry.get("phaseTransitionTimestamp")) or found
     return found
 
 
-def controller_owner(obj: dict, kind: str) -> dict | None:
-    """The controller ownerReference of that kind, if any."""
-    ref: dict
-    for ref in meta(obj).get("ownerReferences") or ():
-        if ref.get("kind") == kind and ref.get("controller"):
+def controller_owner(obj: Any, kind: str) -> dict | None:
+    """The controller ownerReference of that kind, if any (one with a string name: a reference is read by it)."""
+    for ref in o.objects(obj, "metadata", "ownerReferences"):
+        if ref.get("kind") == kind and ref.get("controller") is True and o.text(ref, "name"):
             return ref
     return None
 
 
-def run_strategy(vm: dict) -> str | None:
+def run_strategy(vm: Any) -> str | None:
     """spec.runStrategy, or the legacy spec.running (true = Always, false = Halted); KubeVirt's
     default when neither is set is Halted."""
-    spec = vm.get("spec") or {}
-    if spec.get("runStrategy"):
-        strategy: str = spec["runStrategy"]
+    spec = o.mapping(vm, "spec")
+    strategy = o.text(spec, "runStrategy")
+    if strategy:
         return strategy
-    if "running" in spec and spec["running"] is not None:
+    if o.flag(spec, "running") is not None:
         return "Always" if spec["running"] else "Halted"
     return "Halted"
 
 
-def migration_in_flight(vmi: dict) -> bool:
+def migration_in_flight(vmi: Any) -> bool:
     """A migration of this VMI has started and has not finished (status.migrationState)."""
-    state = (vmi.get("status") or {}).get("migrationState") or {}
+    state = o.mapping(vmi, "status", "migrationState")
     return bool(state.get("startTimestamp")) and not (state.get("completed") or state.get("failed")
                                                        or state.get("endTimestamp"))
 
@@ -85,9 +99,9 @@ def migration_in_flight(vmi: dict) -> bool:
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
-def parse_version(text: str | None) -> tuple[int, int, int] | None:
+def parse_version(text: Any) -> tuple[int, int, int] | None:
     """'v1.1.1' → (1, 1, 1); 'v1.3.0-rc.1-15-gabc' → (1, 3, 0); None when unreadable."""
-    match = _VERSION.match(text or "")
+    match = _VERSION.match(text if isinstance(text, str) else "")
     if not match:
         return None
     major, minor, patch = match.groups()

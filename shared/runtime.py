@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import reprlib
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -23,7 +24,7 @@ import flask
 import orjson
 
 from shared import intake
-from shared.errors import VmeventsError, http_answer
+from shared.errors import BadEvent, VmeventsError, http_answer
 from shared.replies import Reply
 from shared.settings import SettingsError
 
@@ -74,11 +75,45 @@ Handler = Callable[[intake.Incoming, Any], Outcome]
 Prefilter = Callable[[Mapping[str, str], bytes, Any], bool]
 
 
+# The longest a logged text gets: an error message can quote what a sender sent, and a log line must stay
+# one bounded line whatever arrived.
+MAX_LOGGED_TEXT = 1000
+
+
 def write_line(record: dict) -> None:
     """One JSON line on stdout in a single write(2): unbuffered (a log collector sees it at once),
     not interleaved between threads (a pipe write under PIPE_BUF is atomic), and cheap enough for
-    every event."""
-    os.write(1, orjson.dumps(record) + b"\n")
+    every event. Always written: every value is a short scalar (see `loggable`), and should encoding fail
+    anyway the line says so instead of vanishing."""
+    try:
+        line = orjson.dumps({str(key)[:100]: loggable(value) for key, value in record.items()})
+    except (TypeError, ValueError) as exc:
+        line = orjson.dumps({"function": loggable(record.get("function")), "log_error": loggable(repr(exc))})
+    _emit(line + b"\n")
+
+
+def _emit(line: bytes) -> None:
+    os.write(1, line)
+
+
+def loggable(value: Any) -> str | int | float | bool | None:
+    """A value as the log line holds it: a scalar as is (text clipped to MAX_LOGGED_TEXT), anything else
+    (a list, an object, however deep) as a clipped repr: the line's depth and size stay bounded."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value if -(2**63) <= value < 2**63 else loggable(str(value))
+    if isinstance(value, float):
+        return value if value == value and abs(value) != float("inf") else str(value)
+    text = value if isinstance(value, str) else _repr(value)
+    return text if len(text) <= MAX_LOGGED_TEXT else text[:MAX_LOGGED_TEXT - 3] + "..."
+
+
+def _repr(value: Any) -> str:
+    try:
+        return reprlib.repr(value)  # bounded in depth and length by construction
+    except Exception:  # noqa: BLE001 - a hostile __repr__ must not cost the line
+        return f"<{type(value).__name__}>"
 
 
 class FunctionApp:
@@ -108,6 +143,10 @@ class FunctionApp:
                 outcome = self.on_event(event, self.context)
             response = self._respond(outcome)
         except Exception as exc:  # noqa: BLE001 - every failure must become an HTTP answer
+            if isinstance(exc, RecursionError):
+                # Only an event's data can nest that deep (a Kubernetes object nests a few dozen levels):
+                # the same event would fail the same way again, so it is refused, not retried.
+                exc = BadEvent("the event's data is nested too deeply to be read")
             status, error_headers, error_body = http_answer(exc)
             outcome = Outcome(verdict="error", reason=exc.message if isinstance(exc, VmeventsError) else repr(exc))
             response = flask.Response(error_body, status=status, headers=error_headers)

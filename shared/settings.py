@@ -10,21 +10,32 @@ import re
 from collections.abc import Mapping
 from datetime import timedelta
 
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$")
+_DURATION = re.compile(r"^\s*(\d{1,15})\s*(ms|s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+# Every duration the functions read (a delay, a TTL, an annotation's cleanup delay) is meant in minutes to
+# days; a year bounds them all and keeps every sum with a timestamp far from datetime's limits (year 9999).
+MAX_DURATION = timedelta(days=365)
 
 
 class SettingsError(ValueError):
     """An environment variable holds a value the function cannot use."""
 
 
-def parse_duration(text: str) -> timedelta:
-    """'0s', '90s', '10m', '2h', '1d' (a bare number means seconds). Raises ValueError."""
-    match = _DURATION.match(text or "")
+class DurationTooLong(ValueError):
+    """A well-formed duration beyond MAX_DURATION."""
+
+
+def parse_duration(text: str, maximum: timedelta = MAX_DURATION) -> timedelta:
+    """'0s', '90s', '10m', '2h', '1d' (a bare number means seconds), at most `maximum`. Raises ValueError
+    (DurationTooLong for a readable value over the maximum)."""
+    match = _DURATION.match(text if isinstance(text, str) else "")
     if not match:
         raise ValueError(f"{text!r} is not a duration")
     number, unit = match.groups()
-    return timedelta(seconds=int(number) * _UNIT_SECONDS[unit or "s"])
+    seconds = int(number) * _UNIT_SECONDS[unit or "s"]
+    if seconds > maximum.total_seconds():
+        raise DurationTooLong(f"{text!r} is longer than {format_duration(maximum)}")
+    return timedelta(seconds=seconds)
 
 
 def format_duration(delta: timedelta) -> str:
@@ -34,6 +45,12 @@ def format_duration(delta: timedelta) -> str:
         if seconds and seconds % size == 0:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
+
+
+def _clip(value: str) -> str:
+    """A value for a one-line error: quoted (newlines escaped) and short."""
+    shown = repr(value)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
 def in_scope(namespace: str, included: frozenset[str], excluded: frozenset[str]) -> bool:
@@ -54,16 +71,20 @@ class Env:
         value = self.raw(name, default)
         try:
             return parse_duration(value)
+        except DurationTooLong:
+            raise SettingsError(f"{name}={_clip(value)} is longer than {format_duration(MAX_DURATION)}; "
+                                f"use a value like 90s, 10m or 2h.") from None
         except ValueError:
-            raise SettingsError(f"{name}={value!r} is not a duration; use a value like 90s, 10m or 2h.") from None
+            raise SettingsError(f"{name}={_clip(value)} is not a duration; use a value like 90s, 10m or 2h.") from None
 
     def boolean(self, name: str, default: bool) -> bool:
-        value = self.raw(name, "true" if default else "false").lower()
-        if value in ("true", "1", "yes"):
-            return True
-        if value in ("false", "0", "no", ""):
-            return False
-        raise SettingsError(f"{name}={value!r} is not a boolean; use true or false.")
+        """Exactly `true` or `false` (any case), what the error message lists; empty means the default."""
+        value = self.raw(name, "").lower()
+        if value == "":
+            return default
+        if value in ("true", "false"):
+            return value == "true"
+        raise SettingsError(f"{name}={_clip(value)} is not a boolean; use true or false.")
 
     def names(self, name: str) -> frozenset[str]:
         """A comma-separated list of Kubernetes names (empty = none)."""

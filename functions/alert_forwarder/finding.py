@@ -80,7 +80,8 @@ def split_ref(ref: Any) -> tuple[str, str]:
 
 def names(items: Any) -> list[str]:
     """A list of object references as "ns/name" strings."""
-    return ["/".join(part for part in split_ref(item) if part) for item in items or () if item]
+    return ["/".join(part for part in split_ref(item) if part) for item in (items if isinstance(items, list) else ())
+            if item]
 
 
 def volumes(f: Finding) -> list[Mapping[str, Any]]:

@@ -10,17 +10,13 @@ retries and, after its retries, dead-letters the finding, so none is lost silent
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-from urllib.parse import urlsplit
-
-import requests
-
 from functions.alert_forwarder import wording
 from functions.alert_forwarder.decide import Alert, decide
 from functions.alert_forwarder.finding import findings
 from functions.alert_forwarder.settings import Settings, read_headers, read_token
-from shared.errors import TemporaryError, VmeventsError
+from functions.alert_forwarder.transport import ReceiverRefused
+from functions.alert_forwarder.transport import post as _post
+from shared.errors import TemporaryError, VmeventsError, longest_retry_after
 from shared.intake import Incoming
 from shared.runtime import Context, Outcome
 
@@ -53,49 +49,13 @@ def deliver(alerts: tuple[Alert, ...], event: Incoming, settings: Settings) -> l
         payload_of = wording.slack_message if settings.webhook_format == "slack" else wording.webhook_payload
         for alert in alerts:
             failures += _post("the webhook", hook.urls[0], payload_of(alert, event, settings),
-                              {"X-Vmevents-Alert": alert.fingerprint, **headers}, hook.verify, settings.timeout)
+                              {"X-Vmevents-Alert": alert.fingerprint, **headers}, hook.verify, settings.timeout,
+                              credentials=tuple(headers))
         sent.append(f"webhook-{settings.webhook_format}")
     if failures:
         temporary = [f for f in failures if isinstance(f, TemporaryError)]
         message = "; ".join(f.message for f in failures)
         if temporary:
-            raise TemporaryError(message, retry_after=max((f.retry_after or 0 for f in temporary), default=0) or None)
+            raise TemporaryError(message, retry_after=longest_retry_after(temporary))
         raise ReceiverRefused(message)
     return sent
-
-
-# -- posting --------------------------------------------------------------------------------------
-class ReceiverRefused(VmeventsError):
-    """The receiver answered, but not with success: its error is in the message (the broker retries,
-    then dead-letters the finding)."""
-
-    status = 502
-
-
-_session = requests.Session()  # one connection pool per process
-
-
-def _post(name: str, url: str, body: Any, headers: Mapping[str, str], verify: bool | str,
-          timeout: float) -> list[VmeventsError]:
-    """[] on success, else [the error]: 503 for down or throttling, 502 for a refusal."""
-    try:
-        response = _session.post(url, json=body, headers=dict(headers), verify=verify, timeout=timeout)
-    except requests.RequestException as exc:
-        return [TemporaryError(f"{name} at {_redact(url)} is unreachable ({type(exc).__name__}); "
-                               f"the broker will redeliver")]
-    if 200 <= response.status_code < 300:
-        return []
-    said = wording.clip(response.text.strip().replace("\n", " "), 300)
-    if response.status_code >= 500 or response.status_code in (408, 429):
-        retry_after = response.headers.get("Retry-After", "")
-        return [TemporaryError(f"{name} at {_redact(url)} answered {response.status_code} {said}; "
-                               f"the broker will redeliver",
-                               retry_after=float(retry_after) if retry_after.isdigit() else None)]
-    hint = " (check its credentials file)" if response.status_code in (401, 403) else ""
-    return [ReceiverRefused(f"{name} at {_redact(url)} refused the alert: {response.status_code} {said}{hint}")]
-
-
-def _redact(url: str) -> str:
-    """A webhook URL is often a secret itself (Slack's are): show its host only."""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}"

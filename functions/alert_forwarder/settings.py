@@ -74,12 +74,25 @@ def _is_http_url(text: str) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.netloc)
 
 
+def redact(url: str) -> str:
+    """A URL as it may be shown (in an error, a reply, a log line): its scheme and host only, never user info,
+    path or query. A webhook URL's path is often its secret (Slack's are)."""
+    parts = urlsplit(url)
+    if not parts.netloc:  # scheme-less: "hooks.slack.com/services/..." parses as a path
+        return re.split(r"[/?#]", url, maxsplit=1)[0].rpartition("@")[2][:100]
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return f"{parts.scheme}://{parts.hostname or ''}{port}"
+
+
 def _urls(env: Env, name: str) -> tuple[str, ...]:
     urls = tuple(part.strip().rstrip("/") for part in env.raw(name, "").split(",") if part.strip())
     bad = [url for url in urls if not _is_http_url(url)]
-    if bad:
-        raise SettingsError(f"{name}={bad[0]!r} is not an http(s) URL; use a value like "
-                            f"http://alertmanager.monitoring.svc:9093.")
+    if bad:  # scheme and host only: a webhook URL's path and query are often its secret
+        raise SettingsError(f"{name}={redact(bad[0])!r} is not an http(s) URL (shown: its scheme and host only); "
+                            f"use a value like http://alertmanager.monitoring.svc:9093.")
     return urls
 
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from shared import kubevirt as kv
+from shared import objects as o
 
 # harvester/pcidevices ≥ v0.4.0 writes the devices kubelet really gave a running VM's launcher pod
 # onto the VM (pkg/controller/virtualmachine/virtualmachine.go reconcileVMResourceAllocationAnnotation;
@@ -62,16 +63,16 @@ BOUND = frozenset({"Scheduled", "Running", "Unknown"})
 
 def spec_devices(spec: Mapping | None) -> frozenset[Device]:
     """hostDevices[] and gpus[] of a VMI spec (or a VM's template spec)."""
-    devices = (((spec or {}).get("domain") or {}).get("devices") or {})
+    devices = o.mapping(spec, "domain", "devices")
     found = set()
-    for entry in list(devices.get("hostDevices") or ()) + list(devices.get("gpus") or ()):
-        if isinstance(entry, Mapping) and entry.get("name") and entry.get("deviceName"):
+    for entry in [*o.objects(devices, "hostDevices"), *o.objects(devices, "gpus")]:
+        if entry.get("name") and entry.get("deviceName"):
             found.add(Device(str(entry["name"]), str(entry["deviceName"])))
     return frozenset(found)
 
 
 def vm_devices(vm: Mapping) -> frozenset[Device]:
-    return spec_devices(((vm.get("spec") or {}).get("template") or {}).get("spec"))
+    return spec_devices(o.mapping(vm, "spec", "template", "spec"))
 
 
 def allocated_devices(vm: dict | None) -> frozenset[Device] | None:
@@ -87,7 +88,7 @@ def allocated_devices(vm: dict | None) -> frozenset[Device] | None:
         return None
     found = set()
     for group in ("hostdevices", "gpus"):
-        for resource, names in (details.get(group) or {}).items():
+        for resource, names in o.mapping(details, group).items():
             for name in names if isinstance(names, list) else ():
                 if isinstance(name, str) and name:
                     found.add(Device(name, resource))
@@ -96,10 +97,10 @@ def allocated_devices(vm: dict | None) -> frozenset[Device] | None:
 
 def unschedulable(vmi: Mapping | None) -> str | None:
     """The scheduler's message when the VMI's pod cannot be scheduled (docs/facts.md §1), else None."""
-    for cond in ((vmi or {}).get("status") or {}).get("conditions") or ():
+    for cond in kv.conditions_of(vmi):
         if (cond.get("type") == "PodScheduled" and cond.get("status") == "False"
                 and cond.get("reason") == "Unschedulable"):
-            return cond.get("message") or ""
+            return o.string(cond, "message")
     return None
 
 

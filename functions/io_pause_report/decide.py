@@ -117,7 +117,7 @@ class Verdict:
 def io_paused(vmi: dict | None) -> dict | None:
     """The VMI's Paused condition when its reason is PausedIOError (never PausedByUser or
     PausedByMigrationMonitor), else None."""
-    for cond in ((vmi or {}).get("status") or {}).get("conditions") or ():
+    for cond in kv.conditions_of(vmi):
         if cond.get("type") == "Paused" and cond.get("status") == "True" and cond.get("reason") == PAUSED_IO_ERROR:
             return cond
     return None

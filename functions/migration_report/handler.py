@@ -23,6 +23,7 @@ from functions.migration_report.decide import VMIM_KIND, Action, Facts, Verdict,
 from functions.migration_report.settings import Settings
 from functions.migration_report.wording import reply_data
 from shared import kubevirt as kv
+from shared import objects as o
 from shared import rescan as rescans
 from shared.intake import Incoming, about, may_concern
 from shared.kube import EVENT, KUBEVIRT, MIGRATION_POLICY, NAMESPACE, VM, VMI, VMIM
@@ -134,7 +135,7 @@ def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) 
 # -- read: fresh, everything KubeVirt used ----------------------------------------------------------
 def read_vmi_and_vm(vmim: dict, ctx: KubeContext[Settings]) -> tuple[dict | None, dict | None]:
     """The migrated VMI (None when gone, or when it is a newer VMI of the same name: a restart since) and its VM."""
-    namespace, vmi_name = kv.meta(vmim)["namespace"], (vmim.get("spec") or {}).get("vmiName") or ""
+    namespace, vmi_name = kv.meta(vmim)["namespace"], o.string(vmim, "spec", "vmiName")
     if not vmi_name:
         return None, None
     vmi = ctx.kube.get(VMI, namespace, vmi_name)

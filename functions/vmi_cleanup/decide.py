@@ -14,7 +14,7 @@ from typing import Any
 
 from functions.vmi_cleanup.settings import Settings
 from shared import kubevirt as kv
-from shared.settings import parse_duration
+from shared.settings import MAX_DURATION, DurationTooLong, format_duration, parse_duration
 
 SKIP_ANNOTATION = "vmevents.io/skip-cleanup"
 AFTER_ANNOTATION = "vmevents.io/cleanup-after"
@@ -145,10 +145,16 @@ def _delay(vm: dict[str, Any] | None, vmi: dict[str, Any], settings: Settings) -
         value = kv.annotations_of(obj).get(AFTER_ANNOTATION)
         if value is None:
             continue
+        shown = repr(value) if len(value) <= 80 else repr(value[:77]) + "..."
         try:
             return parse_duration(value), None
+        except DurationTooLong:
+            # shared.settings.MAX_DURATION: beyond it a due time could overflow; this VM alone opts out.
+            return settings.cleanup_after, (f"{AFTER_ANNOTATION}: {shown} on the {owner} is longer than "
+                                            f"{format_duration(MAX_DURATION)} (use a value like 90s, 10m or 2h); "
+                                            f"nothing will be cleaned up")
         except ValueError:
-            return settings.cleanup_after, (f"{AFTER_ANNOTATION}: {value!r} on the {owner} is not a duration "
+            return settings.cleanup_after, (f"{AFTER_ANNOTATION}: {shown} on the {owner} is not a duration "
                                             f"(use a value like 90s, 10m or 2h); nothing will be cleaned up")
     return settings.cleanup_after, None
 

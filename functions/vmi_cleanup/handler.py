@@ -14,9 +14,10 @@ from functions.vmi_cleanup import wording
 from functions.vmi_cleanup.decide import ACTING, Action, Facts, Verdict, decide
 from functions.vmi_cleanup.settings import FUNCTION, Settings
 from shared import kubevirt as kv
+from shared import objects as o
 from shared import rescan as rescans
 from shared.errors import TemporaryError
-from shared.intake import Incoming, about, may_concern
+from shared.intake import Incoming, about, check_name, check_uid, may_concern
 from shared.kube import KUBEVIRT, NAMESPACE, VM, VMI, VMIM, Conflict, JsonPatch
 from shared.replies import Reply, reply_type
 from shared.runtime import KubeContext, Outcome
@@ -112,14 +113,14 @@ def target(event: Incoming, settings: Settings) -> Target | None:
 
 
 def _launcher_target(pod: dict[str, Any], namespace: str, settings: Settings) -> Target | None:
-    labels = kv.meta(pod).get("labels") or {}
-    if labels.get("kubevirt.io") != "virt-launcher" or (pod.get("status") or {}).get("phase") not in settings.phases:
+    labels = kv.labels_of(pod)
+    if labels.get("kubevirt.io") != "virt-launcher" or kv.phase(pod) not in settings.phases:
         return None
     owner = kv.controller_owner(pod, "VirtualMachineInstance")
     if owner:
-        return Target(namespace, owner["name"])
+        return Target(namespace, check_name("VirtualMachineInstance", owner["name"], "the pod's owner"))
     uid = labels.get("kubevirt.io/created-by")
-    return Target(namespace, uid=uid) if uid else None
+    return Target(namespace, uid=check_uid(uid)) if uid else None
 
 
 def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) -> bool:
@@ -162,7 +163,7 @@ def _decide_with_facts(vmi: dict[str, Any], vm: dict[str, Any] | None, ctx: Kube
 
 def _kubevirt_version(ctx: KubeContext[Settings]) -> tuple[int, int, int] | None:
     for cr in ctx.kube.list(KUBEVIRT):
-        version = kv.parse_version((cr.get("status") or {}).get("observedKubeVirtVersion"))
+        version = kv.parse_version(o.text(cr, "status", "observedKubeVirtVersion"))
         if version:
             return version
     return None
@@ -171,7 +172,7 @@ def _kubevirt_version(ctx: KubeContext[Settings]) -> tuple[int, int, int] | None
 def _migrating(ctx: KubeContext[Settings], vmi: dict[str, Any]) -> bool:
     meta = kv.meta(vmi)
     selector = f"kubevirt.io/vmi-name={meta['name']}"
-    return any((m.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    return any(kv.phase(m) not in ("Succeeded", "Failed")
                for m in ctx.kube.list(VMIM, meta["namespace"], label_selector=selector))
 
 

@@ -1,0 +1,95 @@
+"""alert-forwarder's transport: POST one body to one receiver, and say what went wrong without leaking a secret.
+
+What a receiver answers is not ours to repeat: a receiver that echoes the request (many debugging endpoints
+do) would put the bearer token into our reply, our log line and the dead-letter sink. So an error names the
+receiver by scheme and host only (a webhook URL's path is often the secret itself: Slack's are), gives the
+status, and at most a short excerpt of the body with anything token-like redacted. Credentials go to the
+configured host only: a redirect to another host is followed without the Authorization header and without
+the custom headers of WEBHOOK_HEADERS_FILE (requests itself drops only Authorization, sessions.py
+`rebuild_auth` / `should_strip_auth`).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import requests
+
+from functions.alert_forwarder.settings import redact
+from shared.errors import TemporaryError, VmeventsError, parse_retry_after
+
+# Only the redirects that keep the method and the body (RFC 9110 §15.4.8-9): a 301/302/303 turns a POST
+# into a GET, which would "deliver" the alert to nobody with a 200.
+FOLLOWED_REDIRECTS = (307, 308)
+MAX_REDIRECTS = 3
+EXCERPT = 80  # characters of a receiver's error body, at most, after redaction
+
+
+class ReceiverRefused(VmeventsError):
+    """The receiver answered, but not with success: its status is in the message (the broker retries,
+    then dead-letters the finding)."""
+
+    status = 502
+
+
+_session = requests.Session()  # one connection pool per process
+
+
+def post(name: str, url: str, body: Any, headers: Mapping[str, str], verify: bool | str, timeout: float, *,
+         credentials: Collection[str] = ()) -> list[VmeventsError]:
+    """[] on success, else [the error]: 503 for down or throttling, 502 for a refusal. `credentials` names
+    the headers that must not leave `url`'s host."""
+    sent = dict(headers)
+    secrets = [part for value in sent.values() for part in (value, value.partition(" ")[2]) if part]
+    try:
+        response = _session.post(url, json=body, headers=sent, verify=verify, timeout=timeout,
+                                 allow_redirects=False)
+        for _ in range(MAX_REDIRECTS):
+            if response.status_code not in FOLLOWED_REDIRECTS or not response.headers.get("Location"):
+                break
+            following = urljoin(response.url or url, response.headers["Location"])
+            if _origin(following) != _origin(url):
+                sent = {key: value for key, value in sent.items()
+                        if key.lower() != "authorization" and key not in credentials}
+            response = _session.post(following, json=body, headers=sent, verify=verify, timeout=timeout,
+                                     allow_redirects=False)
+    except requests.RequestException as exc:
+        return [TemporaryError(f"{name} at {redact(url)} is unreachable ({type(exc).__name__}); "
+                               f"the broker will redeliver")]
+    if 200 <= response.status_code < 300:
+        return []
+    said = excerpt(response.text, secrets)
+    if response.status_code >= 500 or response.status_code in (408, 429):
+        return [TemporaryError(f"{name} at {redact(url)} answered {response.status_code}{said}; "
+                               f"the broker will redeliver",
+                               retry_after=parse_retry_after(response.headers.get("Retry-After")))]
+    hint = " (check its credentials file)" if response.status_code in (401, 403) else ""
+    if 300 <= response.status_code < 400:
+        hint = " (a redirect alert-forwarder does not follow: set the receiver's final URL)"
+    return [ReceiverRefused(f"{name} at {redact(url)} refused the alert: {response.status_code}{said}{hint}")]
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:
+        port = None
+    return parts.scheme, (parts.hostname or "").lower(), port
+
+
+_TOKENISH = re.compile(r"(?i)\b(?:bearer|basic|token)\s+\S+|[A-Za-z0-9_\-+/=.]{24,}|https?://\S+")
+
+
+def excerpt(text: str, secrets: Collection[str] = ()) -> str:
+    """': <at most EXCERPT characters of the body>', with what we sent and anything token-like redacted, or ''."""
+    text = " ".join((text or "")[:4096].split())
+    for secret in secrets:
+        if len(secret) >= 4:
+            text = text.replace(secret, "[redacted]")
+    text = _TOKENISH.sub("[redacted]", text)
+    if not text:
+        return ""
+    return f": {text if len(text) <= EXCERPT else text[:EXCERPT - 1] + '…'}"

@@ -1,0 +1,90 @@
+"""A quiet simulated cluster and every function served against it, for the fuzz suite.
+
+Quiet: the VMIs run, no migration failed, nothing is paused, no device is contested. So whatever an event
+claims, no function has anything to write: any create, update, patch or delete in the API server's audit
+log during a fuzzed request is a function that trusted a payload. (The events' own claims are forged:
+a Succeeded VMI, a Failed migration, a VMI paused on IO errors, a VM asking for a taken device.)
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+
+from functions_framework import create_app
+
+from shared import runtime
+from simcluster.alertmanager import Receiver
+from simcluster.apiserver import SimCluster
+from simcluster.builders import devices as dev
+from simcluster.builders import kubevirt as kvb
+from tests.http_cases import source_of
+
+WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+# function -> (package, ServiceAccount "ns/name" or None when it has no API access)
+FUNCTIONS = {"vmi-cleanup": ("vmi_cleanup", "vmevents/vmi-cleanup"),
+             "device-conflict": ("device_conflict", "vmevents/device-conflict"),
+             "migration-report": ("migration_report", "vmevents/migration-report"),
+             "io-pause-report": ("io_pause_report", "vmevents/io-pause-report"),
+             "alert-forwarder": ("alert_forwarder", None),
+             "dead-letter": ("dead_letter", None)}
+
+
+class FuzzWorld:
+    def __init__(self):
+        self.cluster = SimCluster().start()
+        self.receiver = Receiver().start()
+        self.lines: list[bytes] = []
+        self.clients = {}
+        self._saved = {name: os.environ.get(name) for name in ("KUBECONFIG", "WEBHOOK_URL")}
+        self._emit: Callable[[bytes], None] = runtime._emit
+        try:
+            self._seed()
+            runtime._emit = self.lines.append  # the log line, as the runtime encodes it
+            for function, (package, account) in FUNCTIONS.items():
+                os.environ["KUBECONFIG"] = self.cluster.kubeconfig(service_account=account or "vmevents/none")
+                os.environ["WEBHOOK_URL"] = f"{self.receiver.url}/hook"
+                self.clients[function] = create_app(target="handle", source=source_of(package)).test_client()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _seed(self):
+        vm = self.cluster.create(kvb.make_vm("vm1", run_strategy="Always"))
+        self.cluster.create({**kvb.make_vmi("vm1", phase="Running", owner=vm), "status": {"phase": "Running"}})
+        device = dev.host_device()
+        self.cluster.create(dev.vm("vm2", device))
+        self.cluster.create(dev.vmi("vm2", device))
+
+    def stop(self):
+        runtime._emit = self._emit
+        for name, value in self._saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self.receiver.stop()
+        self.cluster.stop()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def send(self, function: str, headers: dict[str, str], body: bytes, fault: dict | None = None):
+        """POST one request, with every API request of the function failing as `fault` says (Faults.add's
+        arguments) if given; returns (the response, the log lines as dicts, the writes it made)."""
+        account = FUNCTIONS[function][1]
+        seen = len(self.cluster.requests)
+        self.lines.clear()
+        if fault and account:
+            self.cluster.faults.add(service_account=account, times=None, **fault)
+        try:
+            response = self.clients[function].post("/", headers=headers, data=body)
+        finally:
+            self.cluster.faults.clear()
+        writes = [r for r in self.cluster.requests[seen:] if r.verb in WRITES and account
+                  and r.service_account == account]
+        lines = [json.loads(line) for line in self.lines]
+        return response, lines, writes
