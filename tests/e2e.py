@@ -63,11 +63,12 @@ class World:
     def __init__(self, kubevirt_version: str = "1.3.1", *, backend: str = backends.SIM,
                  kubevirt: Mapping[str, Any] | None = None,
                  env_overrides: Mapping[str, Mapping[str, str]] | None = None, time_scale: float = 0.01,
-                 knative_source: bool | None = None):
+                 knative_source: bool | None = None, cluster=None):
         """knative_source: Knative's own ApiServerSource adapter instead of the stand-in (default: on the
-        real backend, where it can run)."""
+        real backend, where it can run). cluster: a started cluster of that backend to use (and stop) instead
+        of the session's, e.g. a RealCluster on a control plane with its own --event-ttl."""
         self.backend = backend
-        self.cluster = backends.cluster(backend, kubevirt_version)
+        self.cluster = cluster if cluster is not None else backends.cluster(backend, kubevirt_version)
         self.kubevirt = self.knative = None
         try:
             self.kubevirt = None if kubevirt is None else KubeVirtSim(self.cluster, **kubevirt).start()

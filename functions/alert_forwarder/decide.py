@@ -1,139 +1,72 @@
-"""alert-forwarder's pure part: which finding becomes which alert (the rule table), with which
-severity, and whether it is forwarded or dropped. Every fact is an argument; nothing here does I/O.
+"""alert-forwarder's pure part: which finding becomes which alert, with which severity, and whether it is
+forwarded or dropped. Every fact is an argument; nothing here does I/O.
 
-Alertmanager does grouping, silencing, inhibition and routing; this function only turns a finding
-into an alert with stable labels, so a repeat keeps the same alert alive and a `.resolved` finding
-ends it.
+Alertmanager does grouping, silencing, inhibition and routing; this function only turns a finding into an
+alert whose labels are the finding's identity (docs/findings.md), so a repeat keeps the same alert alive and
+a resolved finding ends it. No code path per producer: a table says, per category, the alert's name, its
+default severity and its runbook.
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import re
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from functions.alert_forwarder import wording
-from functions.alert_forwarder.finding import PREFIX, Finding, names, split_ref, volumes
+from functions.alert_forwarder.finding import PREFIX, Finding
 from functions.alert_forwarder.settings import FUNCTION, SEVERITIES, Settings
 
 _SEVERITY_ALIASES = {"informational": "info", "notice": "info", "warn": "warning", "error": "critical",
                      "high": "critical", "page": "critical"}
 
 
-# -- the table: which finding becomes which alert --------------------------------------------------
+# -- the table: which category becomes which alert --------------------------------------------------
 @dataclass(frozen=True)
-class Rule:
-    """How one finding type becomes an alert. `labels` gives the identity labels besides alertname,
-    severity and cluster: the same finding again gives the same labels, so Alertmanager keeps one
-    alert alive instead of adding another."""
+class Kind:
+    """What an operator is told about one category of finding: the alert's name, the severity used when the
+    finding carries none, and the README anchor of its runbook. The labels are always the finding's identity."""
 
     alertname: str
-    severity: str                                   # used when the finding carries none
-    labels: Callable[[Finding], dict[str, str]]
-    summary: Callable[[Finding], str]
-    description: Callable[[Finding], str]
-    runbook: str                                    # the README anchor
-    resolves: bool = False                          # a `.resolved` finding ends the alert
+    severity: str
+    runbook: str
 
 
-def _subject(finding: Finding) -> tuple[str, str]:
-    """(namespace, name) from the event's subject, an API path like
-    /apis/kubevirt.io/v1/namespaces/<ns>/<plural>/<name>."""
-    parts = (finding.subject or "").strip("/").split("/")
-    if "namespaces" in parts:
-        at = parts.index("namespaces")
-        rest = parts[at + 1:]
-        return (rest[0] if rest else ""), (rest[2] if len(rest) > 2 else "")
-    return "", ""
+_DEVICE = Kind("VMHostDeviceConflict", "warning", "vmhostdeviceconflict")
+_IO = Kind("VMPausedOnIOError", "critical", "vmpausedonioerror")
+_MIGRATION = Kind("VMMigrationFailed", "warning", "vmmigrationfailed")
 
-
-def _vm_labels(ref: Any, finding: Finding) -> dict[str, str]:
-    namespace, name = split_ref(ref) if ref else _subject(finding)
-    if not namespace:
-        namespace = _subject(finding)[0]
-    return {"namespace": namespace, "vm": name}
-
-
-# device-conflict: {kind (its category), device, resourceName, node, holder, blocked[], severity}
-def _device_labels(f: Finding) -> dict[str, str]:
-    blocked = names(f.data.get("blocked"))
-    return {**_vm_labels(f.data.get("holder") or (blocked[0] if blocked else None), f),
-            "device": str(f.data.get("device") or ""), "conflict": str(f.data.get("kind") or "")}
-
-
-# migration-report: a structured report with at least vmi "ns/name", class and a summary sentence
-def _migration_labels(f: Finding) -> dict[str, str]:
-    migration = f.data.get("migration") or f.data.get("vmim") or f.data.get("name")
-    if isinstance(migration, Mapping):
-        migration = migration.get("name")
-    return {**_vm_labels(f.data.get("vmi") or f.data.get("vm"), f),
-            "migration": split_ref(migration)[1] if migration else _subject(f)[1]}
-
-
-# io-pause-report: {vmi, volumes[...], class, pauses, advice}
-def _io_labels(f: Finding) -> dict[str, str]:
-    pvcs = sorted({str(v.get("pvc") or v.get("longhornVolume") or v.get("name")) for v in volumes(f)
-                   if v.get("pvc") or v.get("longhornVolume") or v.get("name")})
-    return {**_vm_labels(f.data.get("vmi") or f.data.get("vm"), f), "volume": ",".join(pvcs)}
-
-
-# vmi-cleanup: {vmi, vm, action, reason, previousRunStrategy, dryRun} (informational)
-def _cleanup_labels(f: Finding) -> dict[str, str]:
-    return _vm_labels(f.data.get("vm") or f.data.get("vmi"), f)
-
-
-_DEVICE = Rule("VMHostDeviceConflict", "warning", _device_labels, wording.device_summary, wording.device_description,
-               "vmhostdeviceconflict")
-_MIGRATION = Rule("VMMigrationFailed", "warning", _migration_labels, wording.migration_summary,
-                  wording.migration_description, "vmmigrationfailed")
-_IO = Rule("VMPausedOnIOError", "critical", _io_labels, wording.io_summary, wording.io_description,
-           "vmpausedonioerror")
-
-TABLE: dict[str, Rule] = {
-    "io.vmevents.device-conflict.detected": _DEVICE,
-    "io.vmevents.device-conflict.resolved": dataclasses.replace(_DEVICE, resolves=True),
-    "io.vmevents.migration-report.failed": _MIGRATION,
-    "io.vmevents.migration-report.near-timeout": dataclasses.replace(_MIGRATION, alertname="VMMigrationNearTimeout",
-                                                                     runbook="vmmigrationneartimeout"),
-    "io.vmevents.io-pause-report.detected": _IO,
-    "io.vmevents.io-pause-report.resolved": dataclasses.replace(_IO, resolves=True),
-    "io.vmevents.vmi-cleanup.cleaned": Rule("VMICleanedUp", "info", _cleanup_labels, wording.cleanup_summary,
-                                            wording.cleanup_description, "vmicleanedup"),
+TABLE: dict[str, Kind] = {
+    # device-conflict (docs/device-conflict.md)
+    "taken-while-stopped": _DEVICE, "start-blocked": _DEVICE, "double-assigned": _DEVICE,
+    # io-pause-report (docs/io-pause-report.md)
+    "rebuild-related": _IO, "out-of-space": _IO, "stuck-paused": _IO, "unknown-storage": _IO, "storage-error": _IO,
+    # migration-report (docs/migration-report.md)
+    "completion-timeout": _MIGRATION, "progress-stall": _MIGRATION, "target-unschedulable": _MIGRATION,
+    "target-pod-removed": _MIGRATION, "vmi-shutdown": _MIGRATION, "aborted": _MIGRATION, "libvirt-error": _MIGRATION,
+    "unknown": _MIGRATION,
+    "near-timeout": Kind("VMMigrationNearTimeout", "warning", "vmmigrationneartimeout"),
+    # vmi-cleanup (docs/vmi-cleanup.md)
+    "vmi-cleaned-up": Kind("VMICleanedUp", "info", "vmicleanedup"),
 }
 
 
-def _generic_labels(f: Finding) -> dict[str, str]:
-    return _vm_labels(f.data.get("vm") or f.data.get("vmi"), f)
+def kind_of(finding: Finding) -> Kind:
+    """The table's row, or for a category it does not know (a new finding reaching operators before this
+    table knows it) an alert named after its function and category, with the finding's own severity."""
+    known = TABLE.get(finding.category)
+    if known is not None:
+        return known
+    camel = "".join(word.capitalize() for word in re.split(r"[^A-Za-z0-9]+", f"{finding.function} "
+                                                                                f"{finding.category}") if word)
+    return Kind(f"Vmevents{camel}", "warning", "other-findings")
 
 
-def generic_rule(event_type: str) -> Rule:
-    """Any other io.vmevents.<function>.<what>: forwarded, so a new finding reaches operators
-    before this table knows it. `<what>.resolved` ends the alert of `<what>.detected`."""
-    function, _, what = event_type[len(PREFIX):].partition(".")
-    resolves = what == "resolved"
-    camel = "".join(word.capitalize() for word in re.split(r"[^A-Za-z0-9]+",
-                                                           f"{function} {'detected' if resolves else what}") if word)
-    return Rule(f"Vmevents{camel}", "warning", _generic_labels, wording.generic_summary, wording.generic_description,
-                "other-findings", resolves)
-
-
-def rule_for(event_type: str) -> Rule:
-    return TABLE.get(event_type) or generic_rule(event_type)
-
-
-def severity_of(finding: Finding, rule: Rule) -> str:
-    given = str(finding.data.get("severity") or "").strip().lower()
+def severity_of(finding: Finding, kind: Kind) -> str:
+    given = (finding.severity or "").strip().lower()
     given = _SEVERITY_ALIASES.get(given, given)
-    return given if given in SEVERITIES else rule.severity
-
-
-def resolved_later(event_type: str) -> bool:
-    """A `.detected` finding whose function also sends `.resolved`: it is not repeated while it lasts."""
-    return event_type.endswith(".detected") and TABLE.get(event_type[:-len("detected")] + "resolved") is not None
+    return given if given in SEVERITIES else kind.severity
 
 
 # -- findings → alerts ----------------------------------------------------------------------------
@@ -167,21 +100,21 @@ class Verdict:
 
 
 def to_alert(finding: Finding, settings: Settings, now: datetime) -> tuple[Alert, str]:
-    """The alert for one finding and its severity. A firing alert lasts ALERT_TTL unless repeated
-    (Alertmanager keeps the earliest startsAt and the latest endsAt of the same labels); a resolved
-    one ends now."""
-    rule = rule_for(finding.type)
-    severity = severity_of(finding, rule)
-    labels = {"alertname": rule.alertname, "severity": severity,
-              **{k: v for k, v in rule.labels(finding).items() if v}}
+    """The alert for one finding and its severity. A detected finding fires until its resolved one
+    (UNTIL_RESOLVED_TTL, a safety net); a reported one lasts ALERT_TTL; a resolved one ends now."""
+    kind = kind_of(finding)
+    severity = severity_of(finding, kind)
+    labels = {"alertname": kind.alertname, "severity": severity,
+              **{k: v for k, v in finding.identity.items() if v and k not in ("alertname", "severity", "cluster")}}
     if settings.cluster:
         labels["cluster"] = settings.cluster
-    annotations = {"summary": wording.clip(rule.summary(finding), 1000),
-                   "description": wording.clip(rule.description(finding), 4000),
-                   "runbook_url": f"{settings.runbook_base}#{rule.runbook}"}
-    ends = now if rule.resolves else now + (settings.until_resolved_ttl if resolved_later(finding.type)
-                                            else settings.alert_ttl)
-    return Alert(labels, annotations, now, ends, rule.resolves), severity
+    annotations = {"summary": wording.clip(wording.summary(finding), 1000),
+                   "description": wording.clip(wording.description(finding), 4000),
+                   "runbook_url": f"{settings.runbook_base}#{kind.runbook}"}
+    resolved = finding.state == "resolved"
+    ends = now if resolved else now + (settings.until_resolved_ttl if finding.state == "detected"
+                                       else settings.alert_ttl)
+    return Alert(labels, annotations, now, ends, resolved), severity
 
 
 def decide(event_type: str, found: list[Finding], settings: Settings, now: datetime) -> Verdict:

@@ -1,43 +1,37 @@
-"""What a reply event carries: the findings in it, and the readers of their fields that both the
-rule table (decide.py) and the texts (wording.py) use. Pure, no I/O.
+"""What a reply event carries: the findings in it, read by the one schema of docs/findings.md. Pure, no I/O.
 
-Each producer shapes its finding its own way (the per-producer adapters of decide.py and
-wording.py read them); this module only takes them out of the event.
+A reply whose data has a `findings` list is a summary (a re-scan's `.scanned`, device-conflict's `.batch`):
+one finding per item. Any other reply is one finding. Nothing here knows which function sent it: a
+producer that adds a field changes nothing, and a reply that lacks one of the schema's fields still
+becomes a finding (its category and identity then come from the event's type and subject).
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from shared.errors import BadEvent
 from shared.intake import Incoming
 
 PREFIX = "io.vmevents."
-# A re-scan's summary (`<function>.scanned`) or a batch (`<function>.batch`, several changes in one
-# answer) carries findings: one alert each. vmi-cleanup lists them under `cleaned`; migration-report
-# and io-pause-report under `reported` / `findings`, each item with its own `type`; device-conflict's
-# batch under `detected` and `resolved` (the type is `<function>.detected` / `.resolved`).
-COLLECTIONS = (".scanned", ".batch")
-EXPANDS = {"cleaned": "io.vmevents.vmi-cleanup.cleaned", "reported": None, "findings": None,
-           "detected": ".detected", "resolved": ".resolved"}
+STATES = ("detected", "resolved", "reported")
 
 
 @dataclass(frozen=True)
 class Finding:
-    """One finding, as a reply event carries it: the event's type and subject, and its data."""
+    """One finding, as the schema names its fields (docs/findings.md)."""
 
-    type: str
+    function: str
+    category: str
+    state: str                         # detected | resolved | reported
     subject: str | None
-    data: Mapping[str, Any]
-
-    def text(self, *keys: str) -> str | None:
-        """The first of these data fields that is a non-empty string."""
-        for key in keys:
-            value = self.data.get(key)
-            if isinstance(value, str) and value.strip():
-                return value.strip()
-        return None
+    identity: Mapping[str, str]
+    severity: str | None
+    summary: str
+    advice: tuple[Any, ...] = ()
+    details: Mapping[str, Any] = field(default_factory=dict)
+    id: str | None = None              # the id of the reply it came in (or would have, inside a summary)
 
 
 def findings(event: Incoming) -> list[Finding]:
@@ -48,42 +42,43 @@ def findings(event: Incoming) -> list[Finding]:
     if not isinstance(event.data, Mapping):
         raise BadEvent(f"event {event.id} ({event.type}) has no JSON object as data; a finding's data is "
                        f"a JSON object")
-    if not event.type.endswith(COLLECTIONS):
-        return [Finding(event.type, event.subject, event.data)]
-    family, found = event.type.rsplit(".", 1)[0], []
-    for key, item_type in EXPANDS.items():
-        items = event.data.get(key)
-        if items is None:
-            continue
-        if not isinstance(items, list) or not all(isinstance(item, Mapping) for item in items):
-            raise BadEvent(f"event {event.id} ({event.type}): data.{key} must be a list of objects")
-        for item in items:
-            of_type = (item.get("type") if item_type is None
-                       else family + item_type if item_type[0] == "." else item_type)
-            if not isinstance(of_type, str) or not of_type.startswith(PREFIX) or of_type.endswith(COLLECTIONS):
-                raise BadEvent(f"event {event.id} ({event.type}): an item of data.{key} has no io.vmevents.* type")
-            found.append(Finding(of_type, item.get("subject") or event.subject,
-                                 {k: v for k, v in item.items() if k not in ("type", "subject", "id")}))
-    return found
+    function, _, what = event.type[len(PREFIX):].partition(".")
+    items = event.data.get("findings")
+    if items is None:
+        return [_finding(event.data, function, what, event.subject, event.id)]
+    if not isinstance(items, list) or not all(isinstance(item, Mapping) for item in items):
+        raise BadEvent(f"event {event.id} ({event.type}): data.findings must be a list of objects")
+    return [_finding(item, function, what, event.subject, None) for item in items]
 
 
-def split_ref(ref: Any) -> tuple[str, str]:
-    """"ns/name" → (ns, name); a bare name has no namespace."""
-    if isinstance(ref, Mapping):  # {"namespace": ..., "name": ...} or {"vm": "ns/name"}
-        if isinstance(ref.get("vm"), str):
-            return split_ref(ref["vm"])
-        return str(ref.get("namespace") or ""), str(ref.get("name") or "")
-    text = str(ref or "")
-    namespace, _, name = text.rpartition("/")
-    return namespace, name
+def _finding(data: Mapping[str, Any], function: str, what: str, subject: str | None, event_id: str | None) -> Finding:
+    state = _text(data.get("state"))
+    if state not in STATES:
+        state = what if what in STATES else "reported"
+    given = data.get("identity")
+    identity = ({str(k): str(v) for k, v in given.items() if v not in (None, "")} if isinstance(given, Mapping)
+                else _from_subject(_text(data.get("subject")) or subject))
+    advice = data.get("advice")
+    details = data.get("details")
+    return Finding(function=_text(data.get("function")) or function,
+                   category=_text(data.get("category")) or what or "finding",
+                   state=state, subject=_text(data.get("subject")) or subject, identity=identity,
+                   severity=_text(data.get("severity")) or None,
+                   summary=_text(data.get("summary")) or "",
+                   advice=tuple(advice) if isinstance(advice, list) else ((advice,) if advice else ()),
+                   details=details if isinstance(details, Mapping) else {},
+                   id=_text(data.get("id")) or event_id)
 
 
-def names(items: Any) -> list[str]:
-    """A list of object references as "ns/name" strings."""
-    return ["/".join(part for part in split_ref(item) if part) for item in (items if isinstance(items, list) else ())
-            if item]
+def _text(value: Any) -> str:
+    return value.strip() if isinstance(value, str) else ""
 
 
-def volumes(f: Finding) -> list[Mapping[str, Any]]:
-    """io-pause-report's volumes[{pvc, pv, longhornVolume, robustness, rebuilding, progress}]."""
-    return [v for v in f.data.get("volumes") or () if isinstance(v, Mapping)]
+def _from_subject(subject: str | None) -> dict[str, str]:
+    """{namespace, name} from an API path like /apis/kubevirt.io/v1/namespaces/<ns>/<plural>/<name>."""
+    parts = (subject or "").strip("/").split("/")
+    if "namespaces" not in parts:
+        return {}
+    rest = parts[parts.index("namespaces") + 1:]
+    found = {"namespace": rest[0] if rest else "", "name": rest[2] if len(rest) > 2 else ""}
+    return {k: v for k, v in found.items() if v}

@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from functions.alert_forwarder.finding import Finding, names, volumes
+from functions.alert_forwarder.finding import Finding
 from functions.alert_forwarder.settings import FUNCTION, Settings
 from shared.intake import Incoming
 
@@ -16,18 +16,13 @@ if TYPE_CHECKING:
 MAX_TEXT = 2900  # a Slack section's text is limited to 3000 characters
 
 
-# -- summaries and descriptions, per producer ------------------------------------------------------
+# -- summary and description, from the schema alone -------------------------------------------------
 def advice(finding: Finding) -> str:
-    given = finding.data.get("advice")
-    if isinstance(given, str):
-        return given
-    if isinstance(given, list):
-        return "\n".join(f"- {_step(item)}" for item in given if item)
-    return ""
+    return "\n".join(f"- {_step(item)}" for item in finding.advice if item)
 
 
 def _step(item: Any) -> str:
-    """One piece of advice: a sentence, or {action, why[, yaml]} as migration-report writes it."""
+    """One piece of advice: a sentence, or {action, why[, yaml]}."""
     if isinstance(item, str):
         return item
     if isinstance(item, Mapping):
@@ -41,81 +36,35 @@ def paragraphs(*parts: str | None) -> str:
     return "\n\n".join(part for part in parts if part)
 
 
-# device-conflict: {kind (its category), device, resourceName, node, holder, blocked[], severity}
-def device_summary(f: Finding) -> str:
-    given = f.text("message", "summary")
-    if given:
-        return given
-    device, resource, node = f.data.get("device"), f.data.get("resourceName"), f.data.get("node") or "its node"
-    holder, blocked = f.data.get("holder"), ", ".join(names(f.data.get("blocked"))) or "another VM"
-    category = f.data.get("kind")
-    if category == "start-blocked":
-        return f"VM {blocked} cannot start: {holder} holds {device} ({resource}) on {node}."
-    if category == "double-assigned":
-        return f"VMs {', '.join(filter(None, [holder, blocked]))} all name {device} ({resource}); only one can run."
-    if holder:
-        return f"{holder} holds {device} ({resource}) on {node}; {blocked} names it too and cannot start while it runs."
-    return f"Host device {device} ({resource}) is in conflict ({category})."
+def summary(f: Finding) -> str:
+    """The finding's own sentence; failing that, one made of its category and identity."""
+    if f.summary:
+        return f.summary
+    what = "no longer" if f.state == "resolved" else "now"
+    return f"{f.category} {what} on {identity(f.identity)} ({f.function or 'vmevents'})."
 
 
-def device_description(f: Finding) -> str:
-    return paragraphs(advice(f), f"Holder: {f.data.get('holder') or '—'}; "
-                                 f"blocked: {', '.join(names(f.data.get('blocked'))) or '—'}; "
-                                 f"node: {f.data.get('node') or '—'}; resource: {f.data.get('resourceName') or '—'}.")
+def description(f: Finding) -> str:
+    """The advice, then the category, the state and the finding's plain details, whatever the producer put there."""
+    facts = [f"{key}: {_plain(value)}" for key, value in sorted(f.details.items()) if _plain(value)]
+    head = f"Category: {f.category}; state: {f.state}."
+    return paragraphs(advice(f), head, clip("; ".join(facts), 1500) if facts else None)
 
 
-# migration-report: a structured report with at least vmi "ns/name", class and a summary sentence
-def migration_summary(f: Finding) -> str:
-    what = "failed" if f.type.endswith(".failed") else "succeeded close to its timeout"
-    return f.text("summary", "message") or f"Migration of VMI {f.data.get('vmi')} {what} ({f.data.get('category')})."
-
-
-def migration_description(f: Finding) -> str:
-    return paragraphs(f"Category: {f.data.get('category') or 'unknown'}.", advice(f))
-
-
-# io-pause-report: {vmi, volumes[{pvc, pv, longhornVolume, robustness, rebuilding, progress}], class, pauses, advice}
-def io_summary(f: Finding) -> str:
-    if f.type.endswith(".resolved"):
-        return f.text("summary", "message") or f"VM {f.data.get('vmi')} no longer pauses on IO errors."
-    pauses = f.data.get("pauses")
-    times = f" {pauses} time(s)" if isinstance(pauses, int) else ""
-    return (f.text("summary", "message")
-            or f"VM {f.data.get('vmi')} paused{times} on IO errors ({f.data.get('category') or 'unknown'}).")
-
-
-def io_description(f: Finding) -> str:
-    listed = "; ".join(
-        f"{v.get('pvc') or v.get('name')} → Longhorn volume {v.get('longhornVolume') or '—'} "
-        f"(robustness {v.get('robustness') or '?'}"
-        + (f", rebuilding {v.get('progress')}%" if v.get("rebuilding") else "") + ")"
-        for v in volumes(f))
-    return paragraphs(f"Category: {f.data.get('category') or 'unknown'}.", listed and f"Volumes: {listed}.", advice(f))
-
-
-# vmi-cleanup: {vmi, vm, action, reason, previousRunStrategy, dryRun} (informational)
-def cleanup_summary(f: Finding) -> str:
-    return f"vmi-cleanup {f.data.get('action')} for VMI {f.data.get('vmi')}: {f.data.get('reason')}"
-
-
-def cleanup_description(f: Finding) -> str:
-    return (f"Previous run strategy: {f.data.get('previousRunStrategy') or '—'}; "
-            f"dry run: {'yes' if f.data.get('dryRun') else 'no'}.")
-
-
-# any other io.vmevents.<function>.<what>
-def generic_summary(f: Finding) -> str:
-    return f.text("summary", "message") or f"{f.type} about {f.subject or 'the cluster'}."
-
-
-def generic_description(f: Finding) -> str:
-    return clip(json.dumps(dict(f.data), sort_keys=True, default=str), 1000)
+def _plain(value: Any) -> str:
+    if value is None or value == "" or value == [] or value == {}:
+        return ""
+    if isinstance(value, (str, int, float, bool)):
+        return str(value)
+    return json.dumps(value, sort_keys=True, default=str, separators=(",", ":"))
 
 
 def identity(labels: Mapping[str, str]) -> str:
-    """Which alert this is, in a few words: "ns/vm [device=…]"."""
-    who = "/".join(part for part in (labels.get("namespace"), labels.get("vm")) if part) or "cluster"
-    extra = [f"{k}={labels[k]}" for k in ("device", "volume", "migration") if labels.get(k)]
+    """Which alert this is, in a few words: "ns/vm [device=…]", from whatever identity labels it has."""
+    name = labels.get("vm") or labels.get("name")
+    who = "/".join(part for part in (labels.get("namespace"), name) if part) or "cluster"
+    extra = [f"{k}={v}" for k, v in sorted(labels.items())
+             if v and k not in ("alertname", "severity", "cluster", "namespace", "vm", "name")]
     return who + (f" [{', '.join(extra)}]" if extra else "")
 
 

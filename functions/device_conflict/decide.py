@@ -7,24 +7,18 @@ powers itself off, its pod completes and frees the device, vm2 is created naming
 and starts, and vm1 can no longer start ("0/1 nodes are available: 1 Insufficient
 intel.com/82599_ETHERNET_CONTROLLER_VIRTUAL_FUNCTION").
 
-"Resolved" needs no memory: every HostDeviceConflict Event carries its conflict in the annotation
-`vmevents.io/device-conflict`. A re-scan lists those Events, compares them with the conflicts it
-finds now (`plan`), and a conflict on record that is gone is resolved: the handler says so and
-writes the Event's `count` into `vmevents.io/device-conflict-resolved-at`, so the next re-scan does
-not say it again, while the same conflict coming back raises the count above that mark: open again.
+A conflict is a finding (shared/findings.py keeps its life in the cluster): its identity is its
+category, the first VM it keeps from starting, and its key. A re-scan compares the conflicts it finds
+now with the findings still open; one that is gone is resolved.
 """
 from __future__ import annotations
 
 import enum
-import json
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from functions.device_conflict.index import Device, Ref, State, Workload, node_of
-
-CONFLICT_ANNOTATION = "vmevents.io/device-conflict"
-RESOLVED_AT_ANNOTATION = "vmevents.io/device-conflict-resolved-at"
 
 
 class Category(enum.StrEnum):
@@ -118,63 +112,3 @@ def decide(vm: str, workloads: Iterable[Workload]) -> Verdict:
     if not conflicts:
         return Verdict("no-conflict", f"{vm} shares a device with no conflict")
     return Verdict("conflict", "; ".join(f"{c.category} over {c.device}" for c in conflicts), conflicts)
-
-
-# -- the re-scan: conflicts now versus conflicts on record -----------------------------------------
-@dataclass(frozen=True)
-class Recorded:
-    """One HostDeviceConflict Event, read back."""
-
-    name: str
-    namespace: str
-    resource_version: str
-    count: int
-    resolved_at: int | None
-    involved: Ref
-    key: str
-    data: dict
-
-    @property
-    def open(self) -> bool:
-        return self.resolved_at is None or self.count > self.resolved_at
-
-
-def recorded_from(event: Mapping) -> Recorded | None:
-    """The conflict an Event of ours carries; None for an Event that is not ours or unreadable."""
-    meta = event.get("metadata") or {}
-    notes = meta.get("annotations") or {}
-    try:
-        stored = json.loads(notes[CONFLICT_ANNOTATION])
-        key, data = stored["key"], stored["conflict"]
-        resolved_at = int(notes[RESOLVED_AT_ANNOTATION]) if RESOLVED_AT_ANNOTATION in notes else None
-    except (KeyError, ValueError, TypeError):
-        return None
-    obj = event.get("involvedObject") or {}
-    involved = Ref(obj.get("namespace") or meta.get("namespace") or "default", obj.get("name") or "",
-                   obj.get("kind") or "VirtualMachine", obj.get("uid"))
-    return Recorded(meta["name"], meta.get("namespace") or "default", meta.get("resourceVersion") or "",
-                    int(event.get("count") or 1), resolved_at, involved, key, data)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The verdict of a re-scan: record what has no open Event yet, say what is new and what ended."""
-
-    record: tuple[tuple[DeviceConflict, Ref], ...]  # (conflict, VM) pairs with no open Event yet
-    detected: tuple[DeviceConflict, ...]            # conflicts with no open Event at all: news
-    resolved: tuple[tuple[Recorded, ...], ...]      # per ended conflict, its open Events
-
-
-def plan(current: Iterable[DeviceConflict], recorded: Iterable[Recorded]) -> Plan:
-    current = tuple(current)
-    open_events = [r for r in recorded if r.open]
-    open_pairs = {(r.key, r.involved.id) for r in open_events}
-    open_keys = {r.key for r in open_events}
-    current_keys = {c.key for c in current}
-    ended: dict[str, list[Recorded]] = defaultdict(list)
-    for r in open_events:
-        if r.key not in current_keys:
-            ended[r.key].append(r)
-    return Plan(record=tuple((c, ref) for c in current for ref in c.involved if (c.key, ref.id) not in open_pairs),
-                detected=tuple(c for c in current if c.key not in open_keys),
-                resolved=tuple(tuple(ended[key]) for key in sorted(ended)))

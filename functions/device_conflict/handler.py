@@ -3,27 +3,18 @@
 This function never changes a VM: it reports, with a Warning Event on each VM involved and a reply
 CloudEvent. Reads top to bottom: an event → parse (is it worth a look, with no API call) → fetch
 (one paginated LIST of VMs, and of VMIs when needed, folded into the small index of index.py) →
-decide (pure) → report (Events, reply). A PingSource tick is a re-scan: every VM and VMI, and the
-HostDeviceConflict Events on record, so that a conflict that ended is said to have ended.
+decide (pure) → report (the finding's life, shared/findings.py: a reply only when a conflict opens or
+ends). A PingSource tick is a re-scan: every VM and VMI, and the conflicts still open, so that a
+conflict that ended is said to have ended and one that lasts outlives its Event's TTL.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
 from functions.device_conflict import wording
-from functions.device_conflict.decide import (
-    CONFLICT_ANNOTATION,
-    RESOLVED_AT_ANNOTATION,
-    DeviceConflict,
-    Recorded,
-    decide,
-    find_conflicts,
-    plan,
-    recorded_from,
-)
+from functions.device_conflict.decide import DeviceConflict, decide, find_conflicts
 from functions.device_conflict.index import (
     ALLOCATION_ANNOTATION,
     FINAL,
@@ -37,28 +28,29 @@ from functions.device_conflict.index import (
 )
 from functions.device_conflict.settings import FUNCTION, Settings
 from shared import kubevirt as kv
+from shared.findings import Ledger, Notice, Record, one_or_summary, summary
 from shared.intake import Incoming, about, may_concern
-from shared.kube import EVENT, VM, VMI, Conflict
-from shared.replies import Reply, reply_type
+from shared.kube import VM, VMI
 from shared.runtime import KubeContext, Outcome
 
 REASON = "HostDeviceConflict"
 RESOLVED_REASON = "HostDeviceConflictResolved"
-BATCH = "batch"  # one answer carries one reply: several changes at once go out as one batch reply
+CATEGORY = "vmevents.io/finding-category"  # on the plain Events: which category of conflict they are about
 
 
 # -- the flow -------------------------------------------------------------------------------------
 def on_event(event: Incoming, ctx: KubeContext[Settings]) -> Outcome:
     if event.family == "ping":
-        return rescan(ctx)
+        return rescan(ctx, event.id)
     found = target(event, ctx.settings, ctx.clock())
     if found is None:
         return Outcome("irrelevant", subject=event.subject)
-    return check(found, event.subject, ctx)
+    return check(found, event.subject, ctx, event.id)
 
 
-def rescan(ctx: KubeContext[Settings]) -> Outcome:
-    """Every VM and VMI, page by page: catches missed events and is where a conflict ends."""
+def rescan(ctx: KubeContext[Settings], delivery: str = "") -> Outcome:
+    """Every VM and VMI, page by page: catches missed events, keeps what is open from expiring, and is
+    where a conflict ends. `delivery`: the tick's id (a redelivered tick answers as it did)."""
     index = Index()
     for vm in ctx.kube.list(VM):
         index.add_vm(vm)
@@ -66,19 +58,28 @@ def rescan(ctx: KubeContext[Settings]) -> Outcome:
         index.add_vmi(vmi)
     workloads = index.workloads()
     current = find_conflicts(workloads)
-    recorded = [r for r in map(recorded_from, ctx.kube.list(EVENT, field_selector=f"reason={REASON}")) if r]
-    todo = plan(current, recorded)
-    for conflict, ref in todo.record:
-        _record(conflict, ref, ctx)
+    ledger = _ledger(ctx)
+    on_record = list(ledger.records(state=None))  # the resolved ones too: a redelivered tick answers as it did
+    still_open = [r for r in on_record if r.open]
+    replayed = [n for r in on_record if not r.open and (n := ledger.replay(r, delivery))]
+    # A conflict seen now is a sighting that raises no count: it opens a finding the events missed (or one
+    # whose Event expired while nobody ran), and renews an open one whose last write is getting old.
+    notices = [n for c in current if (n := _sighted(c, ledger, ctx, delivery, count=False))]
+    detected = len(notices)
     by_id = {w.ref.id: w for w in workloads}
-    resolved = [r for events in todo.resolved if (r := _resolve(events, current, by_id, ctx))]
+    keys = {c.key for c in current}
+    for record in still_open:
+        if record.finding.key not in keys and (n := _resolve(record, current, by_id, ledger, ctx, delivery)):
+            notices.append(n)
+    notices += replayed
     reason = (f"scanned {index.vms_seen} VM(s) and {index.vmis_seen} VMI(s): {len(current)} conflict(s), "
-              f"{len(todo.detected)} new, {len(resolved)} resolved")
-    reply = _reply([_detected(c) for c in todo.detected], resolved, f"/vmevents/{FUNCTION}/rescan")
+              f"{detected} new, {len(notices) - detected} resolved")
+    reply = summary(FUNCTION, "scanned", f"/vmevents/{FUNCTION}/rescan", [n.reply() for n in notices], reason,
+                    {"vms": index.vms_seen, "vmis": index.vmis_seen})
     return Outcome("rescan", effect="reported" if reply else "none", reason=reason, reply=reply)
 
 
-def check(found: Target, subject: str | None, ctx: KubeContext[Settings]) -> Outcome:
+def check(found: Target, subject: str | None, ctx: KubeContext[Settings], delivery: str = "") -> Outcome:
     """One VM's conflicts: one LIST of VMs, and one of VMIs only if another VM shares a device."""
     index = Index()
     for vm in ctx.kube.list(VM):
@@ -91,11 +92,13 @@ def check(found: Target, subject: str | None, ctx: KubeContext[Settings]) -> Out
     verdict = decide(found.id, index.workloads())
     if not verdict.conflicts:
         return Outcome(verdict.action, subject=subject, reason=verdict.reason)
-    for conflict in verdict.conflicts:
-        for ref in conflict.involved:
-            _record(conflict, ref, ctx)
-    return Outcome(verdict.action, effect="reported", subject=subject, reason=verdict.reason,
-                   reply=_reply([_detected(c) for c in verdict.conflicts], [], subject or f"/vmevents/{FUNCTION}"))
+    ledger = _ledger(ctx)
+    notices = [n for c in verdict.conflicts if (n := _sighted(c, ledger, ctx, delivery, count=True))]
+    if not notices:  # seen again: its Event's count rose, and nothing is announced
+        return Outcome(verdict.action, effect="seen-again", subject=subject, reason=verdict.reason)
+    reply = one_or_summary(FUNCTION, subject or f"/vmevents/{FUNCTION}", [n.reply() for n in notices],
+                           verdict.reason)
+    return Outcome(verdict.action, effect="reported", subject=subject, reason=verdict.reason, reply=reply)
 
 
 # -- parse: is this event worth a look? (no API calls) -------------------------------------------
@@ -152,51 +155,41 @@ def _vmi_worth_a_look(vmi: dict, settings: Settings, now: datetime) -> bool:
     return since is None or now - since <= settings.recent_start
 
 
-# -- report ---------------------------------------------------------------------------------------
-def _record(conflict: DeviceConflict, ref: Ref, ctx: KubeContext[Settings]) -> None:
-    stored = json.dumps({"key": conflict.key, "conflict": wording.reply_data(conflict)}, sort_keys=True)
-    ctx.recorder.record(ref.involved(), "Warning", REASON, wording.conflict_message(conflict), ctx.clock(),
-                        annotations={CONFLICT_ANNOTATION: stored})
+# -- report: the finding's life (shared/findings.py), Events for people --------------------------------
+def _ledger(ctx: KubeContext[Settings]) -> Ledger:
+    return Ledger(ctx.kube, FUNCTION, ctx.settings.finding_renew_after, REASON)
 
 
-def _resolve(events: tuple[Recorded, ...], current: tuple[DeviceConflict, ...], workloads: Mapping[str, Workload],
-             ctx: KubeContext[Settings]) -> Reply | None:
-    """Mark a conflict's open Events resolved (at their current count) and say so. An Event that
-    changed meanwhile (the conflict was seen again) is left open: the next re-scan decides."""
-    marked = []
-    for event in events:
-        try:
-            ctx.kube.merge_patch(EVENT, event.namespace, event.name, {"metadata": {
-                "resourceVersion": event.resource_version,
-                "annotations": {RESOLVED_AT_ANNOTATION: str(event.count)}}})
-        except Conflict:
-            continue
-        marked.append(event)
-    if not marked:
-        return None
-    data = dict(marked[0].data, because=wording.why_resolved(marked[0].data, current, workloads))
-    for ref in sorted({e.involved for e in marked}):
-        ctx.recorder.record(ref.involved(), "Normal", RESOLVED_REASON, wording.resolved_message(data), ctx.clock())
-    blocked = data.get("blocked") or [data.get("holder")]
-    return Reply(reply_type(FUNCTION, "resolved"), _path(blocked[0]), data, key=marked[0].key)
+def _sighted(conflict: DeviceConflict, ledger: Ledger, ctx: KubeContext[Settings], delivery: str, *,
+             count: bool) -> Notice | None:
+    """The conflict is there: its finding lives on the first VM it keeps from starting; the other VMs
+    involved get a plain Event when it opens or is seen again by an event."""
+    now = ctx.clock()
+    notice = ledger.sighted(wording.finding(conflict), conflict.blocked[0].involved(), delivery, now, count=count)
+    if notice is not None or count:
+        for ref in conflict.involved[1:] if conflict.holder is None else (conflict.holder,):
+            ctx.recorder.record(ref.involved(), "Warning", REASON, wording.conflict_message(conflict), now,
+                                annotations={CATEGORY: conflict.category.value})
+    return notice
 
 
-def _detected(conflict: DeviceConflict) -> Reply:
-    return Reply(reply_type(FUNCTION, "detected"), conflict.blocked[0].api_path(), wording.reply_data(conflict),
-                 key=conflict.key)
+def _resolve(record: Record, current: tuple[DeviceConflict, ...], workloads: Mapping[str, Workload],
+             ledger: Ledger, ctx: KubeContext[Settings], delivery: str) -> Notice | None:
+    """Resolve a conflict that is no longer seen, and say why on every VM involved."""
+    data = record.finding.details
+    because = wording.why_resolved(data, current, workloads)
+    message = wording.resolved_message(data, because)
+    notice = ledger.resolve(record, delivery, ctx.clock(), summary=message, details={"because": because})
+    if notice is not None:
+        people = sorted(set(data.get("blocked") or ()) | ({data["holder"]} if data.get("holder") else set()))
+        for vm in people:
+            ctx.recorder.record(_ref(vm, workloads).involved(), "Normal", RESOLVED_REASON, message, ctx.clock())
+    return notice
 
 
-def _path(vm: str) -> str:
+def _ref(vm: str, workloads: Mapping[str, Workload]) -> Ref:
+    """The VM "namespace/name", with its uid when it still exists (a deleted one keeps an Event without one)."""
+    known = workloads.get(vm)
     namespace, name = vm.split("/", 1)
-    return Ref(namespace, name).api_path()
+    return Ref(namespace, name, uid=(known.ref.uid if known else None) or "")
 
-
-def _reply(detected: list[Reply], resolved: list[Reply], subject: str) -> Reply | None:
-    """One answer carries one reply: a single change as itself, several as one batch."""
-    changes = detected + resolved
-    if not changes:
-        return None
-    if len(changes) == 1:
-        return changes[0]
-    return Reply(reply_type(FUNCTION, BATCH), subject, wording.batch_data(detected, resolved),
-                 key="|".join(sorted(r.id for r in changes)))

@@ -1,28 +1,29 @@
-"""What people read about a device conflict: the Event messages, the reply data, and why a
-conflict ended. The messages are stable for the same conflict, so its Events deduplicate."""
+"""What people read about a device conflict: the finding (its Event message and reply data), and why a
+conflict ended. The messages are stable for the same conflict."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
 
 from functions.device_conflict.decide import Category, DeviceConflict, Workload
+from functions.device_conflict.settings import FUNCTION
+from shared.findings import Finding
 
-if TYPE_CHECKING:
-    from shared.replies import Reply
+
+def finding(conflict: DeviceConflict) -> Finding:
+    """The conflict as a finding (docs/findings.md): its identity labels are the alert's labels of old
+    (namespace and name of the holder, else of the first named VM; the device; the category)."""
+    who = conflict.holder or conflict.blocked[0]
+    return Finding(FUNCTION, conflict.category.value, conflict.blocked[0].api_path(), conflict.key,
+                   {"namespace": who.namespace, "vm": who.name, "device": conflict.device,
+                    "conflict": conflict.category.value},
+                   conflict.severity, conflict_message(conflict), details=details(conflict))
 
 
-def reply_data(conflict: DeviceConflict) -> dict:
-    """The conflict as a reply (and the annotation on its Events) carries it. `kind` is the
-    category: the wire name alert-forwarder and the Events on record already use."""
+def details(conflict: DeviceConflict) -> dict:
+    """The finding's details. `kind` is the category, as the Events on record of earlier versions named it."""
     return {"kind": conflict.category.value, "device": conflict.device, "resourceName": conflict.resource,
             "node": conflict.node, "holder": conflict.holder.id if conflict.holder else None,
-            "blocked": [b.id for b in conflict.blocked], "severity": conflict.severity}
-
-
-def batch_data(detected: Iterable[Reply], resolved: Iterable[Reply]) -> dict:
-    """Several changes in one reply: each item carries the id its own reply would have had."""
-    return {"detected": [dict(r.data, id=r.id) for r in detected],
-            "resolved": [dict(r.data, id=r.id) for r in resolved]}
+            "blocked": [b.id for b in conflict.blocked]}
 
 
 def conflict_message(conflict: DeviceConflict) -> str:
@@ -44,9 +45,9 @@ def conflict_message(conflict: DeviceConflict) -> str:
     return f"{holder} holds {device}; stopped VM {other} names it too and cannot start while {holder} runs."
 
 
-def resolved_message(data: Mapping) -> str:
-    """The HostDeviceConflictResolved Event's message, from the resolved reply's data."""
-    return f"No longer in conflict over {data['device']} ({data['kind']}): {data['because']}."
+def resolved_message(data: Mapping, because: str) -> str:
+    """The HostDeviceConflictResolved Event's message (and the resolved finding's summary), from its details."""
+    return f"No longer in conflict over {data['device']} ({data['kind']}): {because}."
 
 
 def why_resolved(data: Mapping, current: Iterable[DeviceConflict], workloads: Mapping[str, Workload]) -> str:

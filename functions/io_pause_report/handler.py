@@ -5,17 +5,17 @@ rebuilding, and what to do. The flow: on_event and rescan → converge: read the
 PV → Longhorn Volume and Engine, and the Events about it → decide (decide.py) → act: record Events (it
 changes nothing else) and reply (wording.py). The helpers follow in that order.
 
-It is stateless: an *episode* (one spell of flapping) lives in the Events it records. The first
-pause records a Warning `IOErrorPause` on the VM whose annotations name the episode; each further
-pause records it again (its count rises); the end records a Normal `IOErrorPauseResolved` with the
-same episode annotation. Two replies per episode: `.detected` once (and once more if it gets stuck
-paused) and `.resolved` once.
+It is stateless: an *episode* (one spell of flapping) is a finding (shared/findings.py), kept in one
+`IOErrorPause` Event on the VM whose finding details hold the episode's facts. The first pause opens it;
+each further pause is a sighting (its count rises); getting stuck paused updates its details; the end
+resolves it (and records a Normal `IOErrorPauseResolved` for people). Two replies per episode:
+`.detected` once and `.resolved` once. The re-scan renews what is open, so an episode outlives the
+Event TTL.
 """
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from functions.io_pause_report.decide import (
@@ -29,12 +29,12 @@ from functions.io_pause_report.decide import (
     io_paused,
 )
 from functions.io_pause_report.settings import Settings
-from functions.io_pause_report.wording import advice, event_message, named, reply_data, volume_data
+from functions.io_pause_report.wording import advice, event_message, finding, named, reply_data
 from shared import kubevirt as kv
 from shared import rescan as rescans
+from shared.findings import Ledger, Record, record_of, summary
 from shared.intake import Incoming, about, may_concern
 from shared.kube import EVENT, LONGHORN_ENGINE, LONGHORN_VOLUME, NAMESPACE, PV, PVC, VMI, KubeError
-from shared.replies import Reply, reply_type
 from shared.runtime import KubeContext, Outcome
 
 FUNCTION = "io-pause-report"
@@ -43,15 +43,6 @@ RESOLVED_REASON = "IOErrorPauseResolved"
 KUBEVIRT_REASON = "IOerror"                      # pkg/virt-launcher/virtwrap/cache... SendK8sEvent (docs/facts.md §5)
 LONGHORN_DRIVER = "driver.longhorn.io"
 LONGHORN_VOLUME_LABEL = "longhornvolume"         # longhorn-manager types.GetVolumeLabels, on every Engine
-# Annotations on the Events this function records: the episode's facts, read back on the next event.
-# Their names are kept as first recorded, so that an upgrade in the middle of an episode reads it back.
-EPISODE = "vmevents.io/io-pause-episode"         # when the episode's first pause began (RFC 3339)
-CATEGORY = "vmevents.io/io-pause-class"          # the category reported by this Event
-VMI_UID = "vmevents.io/io-pause-vmi-uid"         # the VMI instance the episode is about
-BASELINE = "vmevents.io/io-pause-baseline"       # KubeVirt's IOerror count before the episode began
-FINAL_COUNT = "vmevents.io/io-pause-kubevirt-count"  # on the resolved Event: KubeVirt's count at the end
-VOLUMES = "vmevents.io/io-pause-volumes"         # the volumes reported (JSON): `.resolved` names the same ones
-RESOLVED_BY = "vmevents.io/io-pause-resolved-by"  # on the resolved Event: the id of the event that recorded it
 
 _NO_SPACE = re.compile(r"not enough space|no space|insufficient storage", re.IGNORECASE)
 _KUBEVIRT_VOLUME = re.compile(r"(?:at the volume|on volume): (\S+)")
@@ -68,15 +59,16 @@ def on_event(event: Incoming, ctx: KubeContext[Settings]) -> Outcome:
 
 
 def rescan(ctx: KubeContext[Settings], delivery: str) -> Outcome:
-    """VMIs still paused on an IO error (stuck? a missed event?), then every open episode (ended?). Cheap
-    first (docs/api-cost.md): each VMI's Paused cell (Table rows, cells only, from the watch cache) and the
-    Events; only candidates are read in full and converged, within the budget (shared/rescan.py)."""
+    """VMIs still paused on an IO error (stuck? a missed event?), then every open episode (ended?); what
+    stays open is renewed so that its Event outlives the TTL. Cheap first (docs/api-cost.md): each VMI's Paused
+    cell (Table rows, cells only, from the watch cache) and KubeVirt's IOerror Events; only candidates are read
+    in full and converged, within the budget (shared/rescan.py)."""
     began, scanned, candidates = rescans.begin(), 0, dict[tuple[str, str], Target]()
     # A pause is an IO-error pause only with KubeVirt's IOerror Event on the VMI (docs/facts.md §5): a VMI
     # paused by a user or the migration monitor is not even read.
-    io_errors = {_target_of_event(e) for e in ctx.kube.list(EVENT, field_selector=f"reason={KUBEVIRT_REASON}",
-                                                            cached=True)
-                 if (e.get("involvedObject") or {}).get("kind") == "VirtualMachineInstance"}
+    io_errors = {Target(str(i.get("namespace") or kv.meta(e).get("namespace") or "default"), str(i.get("name")))
+                 for e in ctx.kube.list(EVENT, field_selector=f"reason={KUBEVIRT_REASON}", cached=True)
+                 if isinstance(i := e.get("involvedObject"), dict) and i.get("kind") == "VirtualMachineInstance"}
     namespaces = sorted(ns["metadata"]["name"] for ns in ctx.kube.list_metadata(NAMESPACE, cached=True))
     for namespace, rows in zip(namespaces, rescans.gather(namespaces, lambda namespace: list(
             ctx.kube.list_rows(VMI, namespace, cached=True, metadata=False)), ctx.settings.rescan), strict=True):
@@ -84,26 +76,20 @@ def rescan(ctx: KubeContext[Settings], delivery: str) -> Outcome:
         for found in (Target(namespace, r["metadata"]["name"]) for r in rows if r["cells"].get("paused") == "True"):
             if found in io_errors:
                 candidates.setdefault((found.namespace, found.name), found)
-    for event in ctx.kube.list(EVENT, field_selector=f"reason={REASON}", cached=True):
-        if (event.get("source") or {}).get("component") == FUNCTION:
-            found = _target_of_event(event)
+    ledger = _ledger(ctx)
+    on_record = list(ledger.records(state=None))  # resolved ones too: a redelivered tick answers as it did
+    for record in on_record:
+        if record.open or Ledger.replay(record, delivery):
+            found = _target_of_record(record)
             candidates.setdefault((found.namespace, found.name), found)
-
-    def visit(found: Target) -> dict | None:  # each finding keeps its own type and subject inside the summary
-        reply = converge(found, ctx, delivery=delivery).reply
-        return None if reply is None else {"type": reply.type, "subject": reply.subject, **reply.data}
-
-    scan = rescans.run([candidates[k] for k in sorted(candidates)], visit, ctx.settings.rescan, started=began,
-                       rotation=rescans.tick_number(ctx.clock()))
-    findings = scan.results
-    reason = (f"scanned {scanned} VMI(s) and {len(candidates)} paused or in an episode; {len(findings)} finding(s); "
-              f"{scan.progress()}")
-    if not findings:
-        return Outcome("rescan", reason=reason)
-    key = "|".join(sorted(f"{f['type']}:{f['vmi']}:{f['episodeStart']}:{f['category']}" for f in findings))
-    reply = Reply(reply_type(FUNCTION, "scanned"), f"/vmevents/{FUNCTION}/rescan",
-                  {"scanned": scanned, "findings": sorted(findings, key=lambda f: (f["vmi"], f["type"]))}, key=key)
-    return Outcome("rescan", effect=f"reported-{len(findings)}", reason=reason, reply=reply)
+    scan = rescans.run([candidates[k] for k in sorted(candidates)], lambda found: converge(found, ctx, delivery).reply,
+                       ctx.settings.rescan, started=began, rotation=rescans.tick_number(ctx.clock()))
+    replies = sorted(scan.results, key=lambda r: (r.subject or "", r.type))
+    renewed = ledger.renew_stale(on_record, ctx.clock())
+    reason = (f"scanned {scanned} VMI(s) and {len(candidates)} paused or in an episode; {len(replies)} finding(s), "
+              f"{renewed} renewed; {scan.progress()}")
+    reply = summary(FUNCTION, "scanned", f"/vmevents/{FUNCTION}/rescan", replies, reason, {"vmis": scanned})
+    return Outcome("rescan", effect=f"reported-{len(replies)}" if reply else "none", reason=reason, reply=reply)
 
 
 def converge(found: Target, ctx: KubeContext[Settings], delivery: str = "") -> Outcome:
@@ -113,6 +99,12 @@ def converge(found: Target, ctx: KubeContext[Settings], delivery: str = "") -> O
     events = list(ctx.kube.list(EVENT, found.namespace, field_selector=f"involvedObject.name={found.name}"))
     subject = VMI.path(found.namespace, found.name)
     involved = involved_object(vmi, events, found)
+    records = _records(events, involved)
+    for record in records:  # a redelivery of the event that opened or ended an episode answers as it did
+        notice = Ledger.replay(record, delivery)
+        if notice is not None:
+            return Outcome("replay", effect=notice.transition, subject=subject, reason="a redelivered event",
+                           reply=notice.reply())
     episode = read_episode(events, involved)
     if vmi is None and episode is None:
         return Outcome("gone", subject=subject, reason="the VMI no longer exists")
@@ -122,7 +114,7 @@ def converge(found: Target, ctx: KubeContext[Settings], delivery: str = "") -> O
     volumes = fetch_volumes(ctx, vmi, errors) if vmi is not None else ()
     facts = Facts(volumes, errors, baseline_after_last_episode(events, involved, vmi))
     verdict = decide(vmi, facts, episode, ctx.settings, ctx.clock())
-    return act(verdict, facts, found, vmi, involved, episode, ctx, delivery)
+    return act(verdict, facts, found, vmi, involved, _open(records), ctx, delivery)
 
 
 # -- parse: which VMI is this event about? (no API calls) ------------------------------------------
@@ -150,10 +142,9 @@ def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) 
     return may_concern(headers, body, ("VirtualMachineInstance",), (_TOKEN,))
 
 
-def _target_of_event(event: dict) -> Target:
+def _target_of_record(record: Record) -> Target:
     """Our Events are on the VM (same name as its VMI) or on a standalone VMI."""
-    obj = event.get("involvedObject") or {}
-    return Target(obj.get("namespace") or kv.meta(event).get("namespace") or "default", obj["name"])
+    return Target(record.involved.get("namespace") or record.namespace, record.involved.get("name") or "")
 
 
 # -- read: the episode, KubeVirt's errors, the volumes down to Longhorn ----------------------------
@@ -166,58 +157,42 @@ def involved_object(vmi: dict | None, events: list[dict], found: Target) -> dict
             return {"apiVersion": owner.get("apiVersion", "kubevirt.io/v1"), "kind": "VirtualMachine",
                     "metadata": {"name": owner["name"], "namespace": found.namespace, "uid": owner.get("uid")}}
         return vmi
-    for event in _ours(events, REASON):
-        obj = event["involvedObject"]
+    for record in _records(events, None):
+        obj = record.involved
         return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
                 "metadata": {"name": obj["name"], "namespace": found.namespace, "uid": obj.get("uid")}}
     return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
             "metadata": {"name": found.name, "namespace": found.namespace}}
 
 
-def _ours(events: Iterable[dict], reason: str, involved: dict | None = None) -> list[dict]:
+def _records(events: list[dict], involved: dict | None) -> list[Record]:
+    """This function's finding Events among these (on the same kind of object as `involved`), newest first."""
     found = []
     for event in events:
-        if event.get("reason") != reason or (event.get("source") or {}).get("component") != FUNCTION:
+        record = record_of(event) if (event.get("source") or {}).get("component") == FUNCTION else None
+        if record is None or record.finding.function != FUNCTION:
             continue
-        if involved is not None and (event.get("involvedObject") or {}).get("kind") != involved.get("kind"):
+        if involved is not None and record.involved.get("kind") != involved.get("kind"):
             continue
-        found.append(event)
-    return found
+        found.append(record)
+    return sorted(found, key=lambda r: r.opened_at.isoformat() if r.opened_at else "", reverse=True)
+
+
+def _open(records: list[Record]) -> Record | None:
+    return next((r for r in records if r.open), None)
 
 
 def read_episode(events: list[dict], involved: dict) -> Episode | None:
-    """The open episode: our IOErrorPause Events whose episode has no IOErrorPauseResolved yet."""
-    ended = {kv.annotations_of(e).get(EPISODE) for e in _ours(events, RESOLVED_REASON, involved)}
-    open_ = [e for e in _ours(events, REASON, involved) if kv.annotations_of(e).get(EPISODE) not in ended | {None}]
-    if not open_:
-        return None
-    start = max(kv.annotations_of(e)[EPISODE] for e in open_)
-    mine = sorted((e for e in open_ if kv.annotations_of(e)[EPISODE] == start),
-                  key=lambda e: (e.get("firstTimestamp") or "", kv.meta(e).get("creationTimestamp") or ""))
-    first, notes = mine[0], kv.annotations_of(mine[0])
-    lasts = [t for t in (kv.parse_time(e.get("lastTimestamp")) for e in mine) if t]
-    return Episode(start=start, vmi_uid=notes.get(VMI_UID, ""), baseline=_int(notes.get(BASELINE)),
-                   count=int(first.get("count") or 1), last=max(lasts) if lasts else None,
-                   categories=frozenset(kv.annotations_of(e).get(CATEGORY, "") for e in mine),
-                   message=first.get("message", ""), category=notes.get(CATEGORY),
-                   reported_volumes=_reported_volumes(notes), annotations=dict(notes),
-                   involved=dict(first.get("involvedObject") or {}))
-
-
-def _reported_volumes(notes: Mapping[str, str]) -> list[dict] | None:
-    """The volumes of the first report, so that `.resolved` names what `.detected` named."""
-    try:
-        volumes = json.loads(notes.get(VOLUMES) or "null")
-    except ValueError:
-        return None
-    return volumes if isinstance(volumes, list) else None
+    """The open episode: the finding Event of ours that is open, its facts in the finding's details."""
+    record = _open(_records(events, involved))
+    return None if record is None else _episode_of(record)
 
 
 def baseline_after_last_episode(events: list[dict], involved: dict, vmi: dict | None) -> int:
     """KubeVirt's IOerror count for this VMI when its last episode ended (its Events keep counting)."""
     uid = kv.meta(vmi).get("uid") if vmi else None
-    counts = [_int(kv.annotations_of(e).get(FINAL_COUNT)) for e in _ours(events, RESOLVED_REASON, involved)
-              if uid and kv.annotations_of(e).get(VMI_UID) == uid]
+    counts = [_int(r.finding.details.get("kubevirtCount")) for r in _records(events, involved)
+              if not r.open and uid and r.finding.details.get("vmiUid") == uid]
     return max(counts, default=0)
 
 
@@ -312,39 +287,59 @@ def _int(value) -> int:
         return 0
 
 
-# -- act: record the Event, and reply --------------------------------------------------------------
-def act(verdict: Verdict, facts: Facts, found: Target, vmi: dict | None, involved: dict, episode: Episode | None,
+# -- act: the finding's life (shared/findings.py), and reply ---------------------------------------
+def _ledger(ctx: KubeContext[Settings]) -> Ledger:
+    return Ledger(ctx.kube, FUNCTION, ctx.settings.finding_renew_after, REASON)  # the episode's Event: IOErrorPause
+
+
+def act(verdict: Verdict, facts: Facts, found: Target, vmi: dict | None, involved: dict, record: Record | None,
         ctx: KubeContext[Settings], delivery: str = "") -> Outcome:
     subject = VMI.path(found.namespace, found.name)
     now = ctx.clock()
-    if verdict.action is Action.COUNT and episode is not None:
-        ctx.recorder.record(involved, "Warning", REASON, episode.message, now, annotations=dict(episode.annotations))
-        return Outcome(verdict.action.value, effect="counted", subject=subject, reason=verdict.reason)
-    if verdict.action not in (Action.REPORT, Action.ESCALATE, Action.RESOLVE):
-        return Outcome(verdict.action.value, subject=subject, reason=verdict.reason)
-    vmi_name = f"{found.namespace}/{found.name}"
-    advised = advice(verdict, facts, ctx.settings) if verdict.action is not Action.RESOLVE else ()
-    message = event_message(verdict, vmi_name, advised)
-    if verdict.action is Action.RESOLVE:
-        notes = {EPISODE: verdict.episode_start or "", VMI_UID: episode.vmi_uid if episode else "",
-                 FINAL_COUNT: str(verdict.kubevirt_total), RESOLVED_BY: delivery}
-        # The end is announced once: two deliveries racing to it record one Event, and only the one that
-        # recorded it (or a redelivery of that event) replies.
-        earlier = ctx.recorder.record_once(involved, "Normal", RESOLVED_REASON, message, now, annotations=notes)
-        if earlier is not None and kv.annotations_of(earlier).get(RESOLVED_BY) != delivery:
-            return Outcome(verdict.action.value, effect="already-resolved", subject=subject,
+    ledger = _ledger(ctx)
+    action = verdict.action
+    if action is Action.COUNT and record is not None:  # another pause: a sighting, its count rises
+        seen = replace(record.finding, details={**record.finding.details, "pauses": verdict.pauses})
+        ledger.sighted(seen, involved, delivery, now, message=record.finding.summary)
+        return Outcome(action.value, effect="counted", subject=subject, reason=verdict.reason)
+    if action not in (Action.REPORT, Action.ESCALATE, Action.RESOLVE):
+        return Outcome(action.value, subject=subject, reason=verdict.reason)
+    vmi_name, advised = f"{found.namespace}/{found.name}", advice(verdict, facts, ctx.settings)
+    message = event_message(verdict, vmi_name, advised if action is not Action.RESOLVE else ())
+    if action is Action.RESOLVE and record is not None:
+        data = reply_data(verdict, vmi_name, None, _episode_of(record), ())
+        notice = ledger.resolve(record, delivery, now, summary=message, details={
+            "reason": verdict.reason, "pauses": verdict.pauses, "kubevirtCount": verdict.kubevirt_total,
+            "reportedCategories": data["reportedCategories"]})
+        if notice is None:  # two deliveries raced to the end: the other one announces it
+            return Outcome(action.value, effect="already-resolved", subject=subject,
                            reason="another delivery already announced the end of this episode")
-    else:
-        uid = kv.meta(vmi).get("uid") if vmi else (episode.vmi_uid if episode else "")
-        notes = {EPISODE: verdict.episode_start or "", CATEGORY: named(verdict.category), VMI_UID: uid or "",
-                 BASELINE: str(verdict.baseline),
-                 VOLUMES: json.dumps([volume_data(v) for v in verdict.volumes], sort_keys=True, separators=(",", ":"))}
-        ctx.recorder.record(involved, "Warning", REASON, message, now, annotations=notes)
-    what = "resolved" if verdict.action is Action.RESOLVE else "detected"
+        ctx.recorder.record(involved, "Normal", RESOLVED_REASON, message, now)
+        return Outcome(action.value, effect="resolved", subject=subject, reason=verdict.reason, reply=notice.reply())
+    if action is Action.ESCALATE and record is not None:  # stuck paused: the same episode, told in its details
+        categories = sorted(set(record.finding.details.get("reportedCategories") or ()) | {named(verdict.category)})
+        stuck = replace(record.finding, advice=advised, details={
+            **record.finding.details, "reportedCategories": categories, "stuck": True, "pauses": verdict.pauses,
+            "pausedSince": reply_data(verdict, vmi_name, None, None, advised)["pausedSince"]})
+        ledger.sighted(stuck, involved, delivery, now, message=record.finding.summary, count=False, update=True)
+        ctx.recorder.record(involved, "Warning", REASON, message, now)  # for people: it is stuck now
+        return Outcome(action.value, effect="escalated", subject=subject, reason=verdict.reason)
     vm = f"{found.namespace}/{kv.meta(involved)['name']}" if involved.get("kind") == "VirtualMachine" else None
-    data = reply_data(verdict, vmi_name, vm, episode, advised)
-    category = named(verdict.category)
-    key = f"{vmi_name}/{verdict.episode_start}/{what}" + (f"/{category}" if what == "detected" else "")
-    reply = Reply(reply_type(FUNCTION, what), subject, data, key=key)
-    return Outcome(verdict.action.value, effect=f"{what}-{category}" if what == "detected" else what,
-                   subject=subject, reason=verdict.reason, reply=reply)
+    uid = kv.meta(vmi).get("uid") if vmi else ""
+    opened = finding(verdict, vmi_name, vm, uid or "", advised, message)
+    notice = ledger.sighted(opened, involved, delivery, now, message=message)
+    if notice is None:  # another delivery opened it a moment ago: a sighting
+        return Outcome(action.value, effect="seen-again", subject=subject, reason=verdict.reason)
+    return Outcome(action.value, effect=f"detected-{named(verdict.category)}", subject=subject,
+                   reason=verdict.reason, reply=notice.reply())
+
+
+def _episode_of(record: Record) -> Episode:
+    """The episode a finding Event holds (read_episode's reading of one record)."""
+    d = record.finding.details
+    return Episode(start=str(d.get("episodeStart") or ""), vmi_uid=str(d.get("vmiUid") or ""),
+                   baseline=_int(d.get("baseline")), count=record.count, last=record.last_counted,
+                   categories=frozenset(d.get("reportedCategories") or (record.finding.category,)),
+                   message=record.finding.summary, category=record.finding.category,
+                   reported_volumes=d["volumes"] if isinstance(d.get("volumes"), list) else None,
+                   annotations={}, involved=dict(record.involved))

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 from functions.io_pause_report.decide import Action, Category, Episode, Facts, Verdict, VolumeFacts, hms, stamp
 from functions.io_pause_report.settings import Settings
+from shared.findings import Finding
 from shared.settings import format_duration
+
+FUNCTION = "io-pause-report"
 
 # The mitigations of the Harvester knowledge base article on filesystem trim during a Longhorn rebuild.
 TRIM_ADVICE = (
@@ -90,6 +93,21 @@ def reply_data(verdict: Verdict, vmi: str, vm: str | None, episode: Episode | No
         if episode is not None and episode.reported_volumes is not None:
             data["volumes"] = episode.reported_volumes  # the alert's identity: the volumes first reported
     return data
+
+
+def finding(verdict: Verdict, vmi: str, vm: str | None, vmi_uid: str, advised: tuple[str, ...],
+            message: str) -> Finding:
+    """A new episode as a finding (docs/findings.md). Its identity is the category it opened with and the VMI
+    instance; its labels are the alert's labels of old (namespace, VMI name, the PVCs)."""
+    data = reply_data(verdict, vmi, vm, None, advised)
+    namespace, name = vmi.split("/", 1)
+    pvcs = sorted({str(v.get("pvc") or v.get("longhornVolume") or v.get("name")) for v in data["volumes"]})
+    details = {k: v for k, v in data.items() if k != "advice"}
+    details.update({"vmiUid": vmi_uid, "baseline": verdict.baseline, "reportedCategories": [named(verdict.category)]})
+    return Finding(FUNCTION, named(verdict.category), f"/apis/kubevirt.io/v1/namespaces/{namespace}/"
+                   f"virtualmachineinstances/{name}", vmi_uid,
+                   {"namespace": namespace, "vm": name, "volume": ",".join(pvcs)}, "critical", message,
+                   tuple(advised), details)
 
 
 def volume_data(v: VolumeFacts) -> dict:

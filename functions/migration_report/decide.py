@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from functions.migration_report.arithmetic import (
     DataSize,
@@ -88,6 +90,31 @@ def decide(facts: Facts, settings: Settings, now: datetime) -> Verdict:
     else:
         notice = "failed"
     return Verdict(Action.REPORT, f"{notice}: {report['category']}", notice=notice, report=report)
+
+
+def ended(reported: Mapping[str, Any], vmi: dict | None, migrations: Iterable[dict], opened: datetime | None,
+          settings: Settings, now: datetime) -> str | None:
+    """Why a reported migration's finding is over, or None while it stands. A failed (or nearly timed-out)
+    migration is a fact in the past; what lasts is "this VMI could not migrate well", and that ends when
+    a later migration of the same VMI has ended (its own report says how it went), when the VMI is gone
+    or was restarted (a new VMI), or MIGRATION_RESOLVED_AFTER after it was reported. Pure."""
+    uid, vmi_uid = reported.get("uid"), reported.get("vmiUid")
+    namespace, _, name = str(reported.get("vmi") or "").partition("/")
+    if vmi is None:
+        return f"the VMI {namespace}/{name} is gone"
+    if vmi_uid and kv.meta(vmi).get("uid") != vmi_uid:
+        return f"the VMI {namespace}/{name} was restarted (a new VMI)"
+    began = kv.parse_time(str(reported.get("createdAt") or ""))
+    for other in migrations:
+        meta = kv.meta(other)
+        if meta.get("uid") == uid or meta.get("namespace") != namespace or kv.phase(other) not in kv.FINAL_PHASES:
+            continue
+        created = kv.parse_time(meta.get("creationTimestamp"))  # whole seconds: the same second counts as later
+        if (other.get("spec") or {}).get("vmiName") == name and (began is None or (created and created >= began)):
+            return f"a later migration of the VMI, {meta.get('name')}, has {kv.phase(other).lower()}"
+    if opened is not None and now - opened >= settings.resolved_after:
+        return f"reported {_span(now - opened)} ago (MIGRATION_RESOLVED_AFTER={_span(settings.resolved_after)})"
+    return None
 
 
 def finished_at(vmim: dict) -> datetime | None:

@@ -8,101 +8,122 @@ progress timeout, the category), and reports once: a Kubernetes Event on the VMI
 CloudEvent with the whole report (wording.py). The flow: on_event and rescan → converge → read → decide →
 report; the helpers follow in that order.
 
-"Once" keeps no memory of its own: the Event this function records on the VMI *is* the record. Before
-reporting it looks for its own Event naming the migration's uid; a duplicate or re-scan finds it and
-stays quiet. Events expire (kube-apiserver --event-ttl, 1h by default), so only migrations that ended
-within MIGRATION_REPORT_WITHIN (default 30m, keep it under the TTL) are considered at all.
+"Once" is the finding's life (shared/findings.py): a reported migration is a finding kept in one Event on
+the VMIM. Before reading anything else, one LIST of that VMIM's finding Events tells whether it was reported;
+a duplicate or a re-scan finds it and stays quiet, and a redelivery of the event that reported it gets the
+same reply. The re-scan ends the finding (`.resolved`) when a later migration of the VMI has ended, the VMI
+is gone or restarted, or MIGRATION_RESOLVED_AFTER has passed (decide.ended), and renews it until then. Only
+migrations that ended within MIGRATION_REPORT_WITHIN (default 30m) are considered at all.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 
-from functions.migration_report.decide import VMIM_KIND, Action, Facts, Verdict, decide, migration_state, precheck
+from functions.migration_report.decide import (
+    VMIM_KIND,
+    Action,
+    Facts,
+    Verdict,
+    decide,
+    ended,
+    migration_state,
+    precheck,
+)
 from functions.migration_report.settings import Settings
-from functions.migration_report.wording import reply_data
+from functions.migration_report.wording import finding, reply_data, resolved_message
 from shared import kubevirt as kv
 from shared import objects as o
-from shared import rescan as rescans
+from shared.errors import TemporaryError, longest_retry_after
+from shared.findings import Ledger, Notice, Record, summary
 from shared.intake import Incoming, about, may_concern
 from shared.kube import EVENT, KUBEVIRT, MIGRATION_POLICY, NAMESPACE, VM, VMI, VMIM
-from shared.replies import Reply, reply_type
 from shared.runtime import KubeContext, Outcome
 
 FUNCTION = "migration-report"
 REASON_FAILED = "MigrationFailed"            # vmevents' own reasons: KubeVirt has none called so (docs/facts.md §4)
 REASON_NEAR_TIMEOUT = "MigrationNearTimeout"
+REASON_FINDING = "MigrationReport"           # the finding's own Event, on the VMIM
+REASON_RESOLVED = "MigrationReportResolved"
 
 
 # -- the flow -------------------------------------------------------------------------------------
 def on_event(event: Incoming, ctx: KubeContext[Settings]) -> Outcome:
     if event.family == "ping":
-        return rescan(ctx)
+        return rescan(ctx, event.id)
     found = target(event, ctx.settings)
     if found is None:
         return Outcome("irrelevant", subject=event.subject)
     vmim = ctx.kube.get(VMIM, found.namespace, found.name)
     if vmim is None:
         return Outcome("gone", subject=event.subject, reason="the migration no longer exists")
-    return converge(vmim, ctx)
+    return converge(vmim, ctx, event.id)
 
 
-def rescan(ctx: KubeContext[Settings]) -> Outcome:
-    """Every VMIM's phase and metadata (Table rows, from the watch cache): one that is final and may have
-    ended within MIGRATION_REPORT_WITHIN is read in full and converged, a few at once within the re-scan's
-    budget (shared/rescan.py): a final one missed by its events is reported now (once). docs/api-cost.md."""
-    began, now, scanned, candidates = rescans.begin(), ctx.clock(), 0, []
+def rescan(ctx: KubeContext[Settings], delivery: str = "") -> Outcome:
+    """Every VMIM, page by page: a final one missed by its events is reported now (once); then every
+    reported migration that still stands: ended (resolved), or renewed so that its Event outlives the TTL."""
+    replies, failures, scanned, listed = [], [], 0, []
+    now = ctx.clock()
     namespaces: list[str | None] = [*sorted(ctx.settings.namespaces)] or [None]  # None: every namespace
     for namespace in namespaces:
-        for row in ctx.kube.list_rows(VMIM, namespace, cached=True):
+        for vmim in ctx.kube.list(VMIM, namespace):
             scanned += 1
-            if row["cells"].get("phase") in kv.FINAL_PHASES and may_have_ended_within(row["metadata"], ctx.settings,
-                                                                                      now):
-                candidates.append(Target(row["metadata"].get("namespace") or "default", row["metadata"]["name"]))
-
-    def visit(found: Target) -> dict | None:
-        vmim = ctx.kube.get(VMIM, found.namespace, found.name)
-        if vmim is None or precheck(vmim, ctx.settings, now):
-            return None
-        reply = converge(vmim, ctx).reply
-        return None if reply is None else {"type": reply.type, **reply.data}
-
-    scan = rescans.run(candidates, visit, ctx.settings.rescan, rotation=rescans.tick_number(now), started=began)
-    reported = sorted(scan.results, key=lambda r: r["uid"])
-    reason = f"scanned {scanned} migration(s), reported {len(reported)}; {scan.progress()}"
-    if not reported:
+            listed.append(_brief(vmim))
+            if precheck(vmim, ctx.settings, now):
+                continue
+            try:
+                outcome = converge(vmim, ctx, delivery)
+            except TemporaryError as exc:
+                failures.append(exc)
+                continue
+            if outcome.reply is not None:
+                replies.append(outcome.reply)
+    ledger = _ledger(ctx)
+    on_record = list(ledger.records(state=None))
+    for record in on_record:
+        if not record.open:
+            if (replayed := ledger.replay(record, delivery)) is not None:  # a redelivered tick answers as it did
+                replies.append(replayed.reply())
+            continue
+        try:
+            notice = _maybe_resolve(record, listed, ledger, ctx, delivery)
+        except TemporaryError as exc:
+            failures.append(exc)
+            continue
+        if notice is not None:
+            replies.append(notice.reply())
+    ledger.renew_stale(on_record, ctx.clock())
+    if failures:
+        raise TemporaryError(f"re-scan could not finish {len(failures)} migration(s): {failures[0].message}",
+                             retry_after=longest_retry_after(failures))
+    reason = f"scanned {scanned} migration(s), {len(replies)} finding(s) reported or resolved"
+    reply = summary(FUNCTION, "scanned", "/vmevents/migration-report/rescan", replies, reason,
+                    {"migrations": scanned})
+    if reply is None:
         return Outcome("rescan", reason=reason)
-    reply = Reply(reply_type(FUNCTION, "scanned"), "/vmevents/migration-report/rescan",
-                  {"scanned": scanned, "reported": reported}, key="|".join(r["uid"] for r in reported))
-    return Outcome("rescan", effect=f"reported-{len(reported)}", reason=reason, reply=reply)
+    return Outcome("rescan", effect=f"reported-{len(replies)}", reason=reason, reply=reply)
 
 
-def may_have_ended_within(meta: dict, settings: Settings, now: datetime) -> bool:
-    """From a VMIM's metadata alone: in scope, and not written since before MIGRATION_REPORT_WITHIN. Every
-    write stamps managedFields[].time (second precision), and the final phase is a write, so a migration
-    last written before the window ended before it too; without managedFields, it may have."""
-    if not settings.in_scope(meta.get("namespace") or "default"):
-        return False
-    times = [kv.parse_time(entry.get("time")) for entry in meta.get("managedFields") or () if isinstance(entry, dict)]
-    known = [t for t in times if t is not None]
-    return not known or len(known) < len(times) or now - max(known) <= settings.within + timedelta(seconds=1)
-
-
-def converge(vmim: dict, ctx: KubeContext[Settings]) -> Outcome:
+def converge(vmim: dict, ctx: KubeContext[Settings], delivery: str = "") -> Outcome:
     subject = kv.api_path(vmim)
     skip = precheck(vmim, ctx.settings, ctx.clock())
     if skip:
         return Outcome("skip", subject=subject, reason=skip)
+    reported = already_reported(ctx, vmim)
+    if reported is not None:
+        replayed = Ledger.replay(reported, delivery)  # the event that reported it, delivered again
+        if replayed is not None:
+            return Outcome("replay", effect=f"replayed-{replayed.transition}", subject=subject,
+                           reason="a redelivery of the event that reported it: the same reply", reply=replayed.reply())
+        return Outcome("skip", subject=subject, reason="already reported")
     vmi, vm = read_vmi_and_vm(vmim, ctx)
     recipients = [obj for obj in (vmi, vm) if obj is not None] or [vmim]
-    if already_reported(ctx, recipients[0], vmim):
-        return Outcome("skip", subject=subject, reason="already reported")
     facts = gather(vmim, vmi, vm, ctx)
     verdict = decide(facts, ctx.settings, ctx.clock())
     if verdict.action is Action.SKIP:
         return Outcome("skip", subject=subject, reason=verdict.reason)
-    return report(verdict, facts, recipients, ctx)
+    return report(verdict, facts, recipients, ctx, delivery)
 
 
 # -- parse: which migration is this event about? (no API calls) -----------------------------------
@@ -147,16 +168,12 @@ def read_vmi_and_vm(vmim: dict, ctx: KubeContext[Settings]) -> tuple[dict | None
     return vmi, ctx.kube.get(VM, namespace, owner["name"] if owner else vmi_name)
 
 
-def already_reported(ctx: KubeContext[Settings], recipient: dict, vmim: dict) -> bool:
-    """Our own Event on the first recipient names this migration's uid: it was reported. (A Failed
-    migration is only ever reported as MigrationFailed, a Succeeded one as MigrationNearTimeout.)"""
-    meta = kv.meta(recipient)
-    reason = REASON_FAILED if kv.phase(vmim) == "Failed" else REASON_NEAR_TIMEOUT
-    events = ctx.kube.list(EVENT, meta.get("namespace") or "default",
-                           field_selector=f"involvedObject.uid={meta.get('uid')},reason={reason}")
-    uid = f"(uid {kv.meta(vmim)['uid']})"
-    return any((e.get("source") or {}).get("component") == FUNCTION and uid in (e.get("message") or "")
-               for e in events)
+def already_reported(ctx: KubeContext[Settings], vmim: dict) -> Record | None:
+    """The finding this migration was reported as, if any (open or resolved): one LIST of its Events."""
+    meta = kv.meta(vmim)
+    found = _ledger(ctx).records(meta.get("namespace") or "default", state=None,
+                                 field_selector=f"involvedObject.uid={meta.get('uid')}")
+    return next(iter(found), None)
 
 
 def gather(vmim: dict, vmi: dict | None, vm: dict | None, ctx: KubeContext[Settings]) -> Facts:
@@ -196,16 +213,46 @@ def _kubevirt_events(ctx: KubeContext[Settings], vmim: dict, vmi: dict | None, s
     return tuple(e for e in found if (e.get("source") or {}).get("component") != FUNCTION)
 
 
-# -- report: an Event on each recipient, and the reply ----------------------------------------------
-def report(verdict: Verdict, facts: Facts, recipients: list[dict], ctx: KubeContext[Settings]) -> Outcome:
+# -- report: the finding (on the VMIM), an Event on each recipient, and the reply --------------------
+def _ledger(ctx: KubeContext[Settings]) -> Ledger:
+    return Ledger(ctx.kube, FUNCTION, ctx.settings.finding_renew_after, REASON_FINDING)
+
+
+def report(verdict: Verdict, facts: Facts, recipients: list[dict], ctx: KubeContext[Settings],
+           delivery: str = "") -> Outcome:
     notice = verdict.notice
     assert notice is not None, "a REPORT verdict names its notice"
     data = reply_data(verdict, facts, ctx.settings)
     message = data["message"]
     reason = REASON_FAILED if notice == "failed" else REASON_NEAR_TIMEOUT
-    for obj in recipients:
-        ctx.recorder.record(obj, "Warning", reason, message, ctx.clock())
     subject = kv.api_path(facts.vmim)
-    reply = Reply(reply_type(FUNCTION, notice), subject, data, key=f"{kv.meta(facts.vmim)['uid']}/{notice}")
+    found = _ledger(ctx).sighted(finding(data, facts, notice), facts.vmim, delivery, ctx.clock(), message=message)
+    if found is None:  # another delivery of it reported it a moment ago
+        return Outcome("skip", subject=subject, reason="already reported")
+    for obj in recipients:  # for people: on the VMI and its VM, where they look
+        ctx.recorder.record(obj, "Warning", reason, message, ctx.clock())
     return Outcome(f"report-{notice}", effect=f"reported-{data['category']}", subject=subject, reason=message,
-                   reply=reply)
+                   reply=found.reply())
+
+
+def _brief(vmim: dict) -> dict:
+    """What decide.ended needs of a listed VMIM (the re-scan keeps these, not whole objects)."""
+    meta = kv.meta(vmim)
+    return {"metadata": {k: meta.get(k) for k in ("name", "namespace", "uid", "creationTimestamp")},
+            "spec": {"vmiName": (vmim.get("spec") or {}).get("vmiName")}, "status": {"phase": kv.phase(vmim)}}
+
+
+def _maybe_resolve(record: Record, listed: list[dict], ledger: Ledger, ctx: KubeContext[Settings],
+                   delivery: str) -> Notice | None:
+    details = record.finding.details
+    namespace, _, name = str(details.get("vmi") or "").partition("/")
+    vmi = ctx.kube.get(VMI, namespace or record.namespace, name) if name else None
+    why = ended(details, vmi, listed, record.opened_at, ctx.settings, ctx.clock())
+    if why is None:
+        return None
+    message = resolved_message(details, why)
+    notice = ledger.resolve(record, delivery, ctx.clock(), summary=message, details={"because": why},
+                            message=message)
+    if notice is not None and vmi is not None:
+        ctx.recorder.record(vmi, "Normal", REASON_RESOLVED, message, ctx.clock())
+    return notice

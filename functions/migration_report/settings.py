@@ -15,6 +15,12 @@ class Settings:
     within: timedelta = timedelta(minutes=30)       # MIGRATION_REPORT_WITHIN: older endings are not looked at
     namespaces: frozenset[str] = frozenset()        # MIGRATION_NAMESPACES (empty: every namespace)
     exclude_namespaces: frozenset[str] = frozenset()  # MIGRATION_EXCLUDE_NAMESPACES
+    # MIGRATION_RESOLVED_AFTER: a reported migration's finding ends this long after it was reported, unless a
+    # later migration of the VMI ended or the VMI went away first (decide.ended)
+    resolved_after: timedelta = timedelta(hours=6)
+    # FINDING_RENEW_AFTER: the re-scan rewrites an open finding's Event once its last write is this old, so it
+    # outlives kube-apiserver's --event-ttl (1 h by default) while it stands (shared/findings.py)
+    finding_renew_after: timedelta = timedelta(minutes=15)
     rescan: rescan_settings.Settings = rescan_settings.Settings()  # RESCAN_BUDGET, RESCAN_WORKERS
 
     def in_scope(self, namespace: str) -> bool:
@@ -32,4 +38,6 @@ def load(environ: Mapping[str, str]) -> Settings:
                     within=within,
                     namespaces=env.names("MIGRATION_NAMESPACES"),
                     exclude_namespaces=env.names("MIGRATION_EXCLUDE_NAMESPACES"),
+                    resolved_after=env.duration("MIGRATION_RESOLVED_AFTER", "6h"),
+                    finding_renew_after=env.duration("FINDING_RENEW_AFTER", "15m"),
                     rescan=rescan_settings.load(environ))

@@ -1,12 +1,18 @@
 """What people read about a reported migration: the Event's one sentence, the advice, and the reply's data."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import yaml
 
 from functions.migration_report.arithmetic import quantity
 from functions.migration_report.decide import Facts, Verdict
 from functions.migration_report.settings import Settings
 from shared import kubevirt as kv
+from shared.findings import Finding
+
+FUNCTION = "migration-report"
 
 
 def reply_data(verdict: Verdict, facts: Facts, settings: Settings) -> dict:
@@ -16,6 +22,24 @@ def reply_data(verdict: Verdict, facts: Facts, settings: Settings) -> dict:
     report["advice"] = advise("completion-timeout" if category == "near-timeout" else category, report, facts)
     report["message"] = event_message(report, settings)
     return report
+
+
+def finding(report: dict, facts: Facts, notice: str) -> Finding:
+    """The report as a finding (docs/findings.md): its category is the report's; its identity the migration
+    (the alert's labels of old: namespace, the VMI's name, the migration's name)."""
+    vmim = kv.meta(facts.vmim)
+    details = {k: v for k, v in report.items() if k not in ("advice", "message")}
+    details.update({"notice": notice, "vmiUid": kv.meta(facts.vmi).get("uid") if facts.vmi else None,
+                    "createdAt": vmim.get("creationTimestamp")})
+    return Finding(FUNCTION, report["category"], kv.api_path(facts.vmim), vmim.get("uid") or "",
+                   {"namespace": vmim.get("namespace") or "", "vm": str(report["vmi"]).split("/", 1)[-1],
+                    "migration": vmim.get("name") or ""},
+                   "warning", report["message"], tuple(report.get("advice") or ()), details)
+
+
+def resolved_message(details: Mapping[str, Any], because: str) -> str:
+    """The resolved finding's sentence."""
+    return f"The report on live migration {details.get('migration')} of VMI {details.get('vmi')} ends: {because}."
 
 
 # -- the one sentence -----------------------------------------------------------------------------

@@ -17,9 +17,10 @@ from shared import kubevirt as kv
 from shared import objects as o
 from shared import rescan as rescans
 from shared.errors import TemporaryError
+from shared.findings import report, summary
 from shared.intake import Incoming, about, check_name, check_uid, may_concern
 from shared.kube import KUBEVIRT, NAMESPACE, VM, VMI, VMIM, Conflict, JsonPatch
-from shared.replies import Reply, reply_type
+from shared.replies import Reply
 from shared.runtime import KubeContext, Outcome
 
 PREVIOUS_ANNOTATION = "vmevents.io/previous-run-strategy"
@@ -54,23 +55,20 @@ def rescan(ctx: KubeContext[Settings]) -> Outcome:
                   if row["cells"].get("phase") in ctx.settings.phases]
     scan = rescans.run(candidates, lambda found: _visit(found, ctx), ctx.settings.rescan, started=began,
                        rotation=rescans.tick_number(ctx.clock()))
-    cleaned = sorted(scan.results, key=lambda c: c["vmi"])
+    cleaned = sorted(scan.results, key=lambda r: r.subject or "")
     reason = f"{wording.scanned_reason(scanned, len(cleaned))}; {scan.progress()}"
     if not cleaned:
         return Outcome("rescan", reason=reason)
-    reply = Reply(reply_type(FUNCTION, "scanned"), "/vmevents/vmi-cleanup/rescan",
-                  {"scanned": scanned, "cleaned": cleaned},
-                  key="|".join(sorted(f"{c['vmi']}/{c['action']}" for c in cleaned)))
+    reply = summary(FUNCTION, "scanned", "/vmevents/vmi-cleanup/rescan", cleaned, reason, {"vmis": scanned})
     return Outcome("rescan", effect=f"acted-on-{len(cleaned)}", reason=reason, reply=reply)
 
 
-def _visit(found: Target, ctx: KubeContext[Settings]) -> dict[str, Any] | None:
+def _visit(found: Target, ctx: KubeContext[Settings]) -> Reply | None:
     """One candidate of the re-scan: the VMI read in full (the listed row may be stale), then converge."""
     vmi = ctx.kube.get(VMI, found.namespace, found.name or "")
     if vmi is None or kv.phase(vmi) not in ctx.settings.phases:
         return None
-    outcome = converge(vmi, ctx)
-    return outcome.reply.data if outcome.reply is not None else None
+    return converge(vmi, ctx).reply
 
 
 def converge(vmi: dict[str, Any], ctx: KubeContext[Settings]) -> Outcome:
@@ -216,6 +214,5 @@ def _report(verdict: Verdict, vmi: dict[str, Any], vm: dict[str, Any] | None, ct
             effect: str) -> Outcome:
     reason = wording.DRY_RUN if wording.is_dry_run(effect) else wording.CLEANED_UP
     ctx.recorder.record(vm or vmi, "Normal", reason, wording.event_message(effect, vmi, verdict), ctx.clock())
-    data = wording.cleaned_data(effect, vmi, vm, verdict)
-    reply = Reply(reply_type(FUNCTION, "cleaned"), kv.api_path(vmi), data, key=f"{kv.meta(vmi)['uid']}/{effect}")
+    reply = report(wording.finding(effect, vmi, vm, verdict), "cleaned")
     return Outcome(verdict.action.value, effect=effect, subject=kv.api_path(vmi), reason=verdict.reason, reply=reply)

@@ -5,6 +5,7 @@ from typing import Any
 
 from functions.vmi_cleanup.decide import Action, Verdict
 from shared import kubevirt as kv
+from shared.findings import Finding
 
 CLEANED_UP = "VMICleanedUp"
 DRY_RUN = "VMICleanupDryRun"
@@ -28,12 +29,20 @@ def event_message(effect: str, vmi: dict[str, Any], verdict: Verdict) -> str:
 
 
 def cleaned_data(effect: str, vmi: dict[str, Any], vm: dict[str, Any] | None, verdict: Verdict) -> dict[str, Any]:
-    """The data of an `io.vmevents.vmi-cleanup.cleaned` reply (alert-forwarder reads these keys)."""
+    """The details of an `io.vmevents.vmi-cleanup.cleaned` reply's finding."""
     meta = kv.meta(vmi)
     return {"vmi": f"{meta['namespace']}/{meta['name']}",
             "vm": f"{meta['namespace']}/{kv.meta(vm)['name']}" if vm else None,
             "action": effect, "reason": verdict.reason,
             "previousRunStrategy": verdict.run_strategy, "dryRun": is_dry_run(effect)}
+
+
+def finding(effect: str, vmi: dict[str, Any], vm: dict[str, Any] | None, verdict: Verdict) -> Finding:
+    """What was done, as a finding (docs/findings.md) with no episode: category vmi-cleaned-up, informational."""
+    meta = kv.meta(vmi)
+    return Finding("vmi-cleanup", "vmi-cleaned-up", kv.api_path(vmi), f"{meta.get('uid')}/{effect}",
+                   {"namespace": meta["namespace"], "vm": kv.meta(vm)["name"] if vm else meta["name"]}, "info",
+                   event_message(effect, vmi, verdict), details=cleaned_data(effect, vmi, vm, verdict))
 
 
 def scanned_reason(scanned: int, cleaned: int) -> str:

@@ -3,8 +3,11 @@ Longhorn Volume and Engine (longhorn.io/v1beta2, shaped by upstream/longhorn/v1.
 and the Events KubeVirt and the function record (docs/facts.md §5)."""
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
+
+from shared.findings import Finding
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 LONGHORN_NS = "longhorn-system"
@@ -111,18 +114,28 @@ def kubevirt_event(vmi: dict, *, volume: str = "disk-0", count: int = 1, last: d
 def episode_event(vmi: dict, *, start: datetime = NOW, count: int = 1, last: datetime = NOW,
                   category: str = "rebuild-related", reason: str = "IOErrorPause", baseline: int = 0,
                   final_count: int | None = None, message: str = "first report") -> dict:
-    """An Event io-pause-report recorded on the VM: the episode's facts are in its annotations."""
+    """The finding Event io-pause-report keeps an episode in (shared/findings.py): the episode's facts are in
+    the finding's details. reason="IOErrorPauseResolved" gives a resolved episode's Event."""
     meta = vmi["metadata"]
-    notes = {"vmevents.io/io-pause-episode": stamp(start), "vmevents.io/io-pause-vmi-uid": meta["uid"]}
-    if reason == "IOErrorPause":
-        notes.update({"vmevents.io/io-pause-class": category, "vmevents.io/io-pause-baseline": str(baseline)})
+    resolved = reason != "IOErrorPause"
+    details = {"vmi": f"{meta['namespace']}/{meta['name']}", "episodeStart": stamp(start), "vmiUid": meta["uid"],
+               "baseline": baseline, "reportedCategories": [category], "volumes": []}
     if final_count is not None:
-        notes["vmevents.io/io-pause-kubevirt-count"] = str(final_count)
+        details["kubevirtCount"] = final_count
+    finding = Finding("io-pause-report", category, f"/apis/kubevirt.io/v1/namespaces/{meta['namespace']}/"
+                      f"virtualmachineinstances/{meta['name']}", meta["uid"],
+                      {"namespace": meta["namespace"], "vm": meta["name"], "volume": ""}, "critical", message,
+                      details=details)
+    state = "resolved" if resolved else "open"
+    notes = {"vmevents.io/finding": json.dumps(finding.data(state)), "vmevents.io/finding-episode": "1",
+             "vmevents.io/finding-opened-by": "ce-1", "vmevents.io/finding-opened-at": stamp(start),
+             "vmevents.io/finding-written-at": stamp(last)}
     return {"apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}", "namespace": meta["namespace"],
+            "metadata": {"name": f"{meta['name']}.f{uuid.uuid4().hex[:16]}", "namespace": meta["namespace"],
+                         "labels": {"vmevents.io/finding": "io-pause-report", "vmevents.io/finding-state": state},
                          "annotations": notes},
             "involvedObject": {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "name": meta["name"],
                                "namespace": meta["namespace"], "uid": "vm-uid-1"},
-            "type": "Warning" if reason == "IOErrorPause" else "Normal", "reason": reason, "message": message,
+            "type": "Normal" if resolved else "Warning", "reason": "IOErrorPause", "message": message,
             "source": {"component": "io-pause-report"},
             "firstTimestamp": stamp(start), "lastTimestamp": stamp(last), "count": count}

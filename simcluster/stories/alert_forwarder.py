@@ -12,6 +12,7 @@ from simcluster.play import Stage, stage, wait_until
 
 NS = "default"
 SEED_CONFLICT = b.device_conflict(f"{NS}/vm2", (f"{NS}/vm1",))  # the Harvester issue's vm1/vm2
+SEED_RESOLVED = b.device_conflict(f"{NS}/vm2", (f"{NS}/vm1",), state="resolved")
 
 
 def play() -> None:
@@ -54,14 +55,14 @@ def _play(s: Stage, am: Alertmanager | None, notifications: Receiver, hook: Rece
             "etcd-1 flaps Running↔Paused during a Longhorn rebuild", _vmi("etcd-1"))
     publish("io.vmevents.io-pause-report.detected", b.io_pause(f"{NS}/etcd-2", pvcs=("etcd-2-disk-0",)),
             "etcd-2 too, in the same namespace", _vmi("etcd-2"))
-    publish("io.vmevents.migration-report.failed", b.migration_report(f"{NS}/db", f"{NS}/db-migration-x7k2p"),
+    publish("io.vmevents.migration-report.detected", b.migration_report(f"{NS}/db", f"{NS}/db-migration-x7k2p"),
             "db's migration hit its completion timeout",
             b.VMIM_PATH.format(ns=NS, name="db-migration-x7k2p"))
     publish("io.vmevents.vmi-cleanup.cleaned", b.cleaned(f"{NS}/vm8"), "vm8's VMI removed (informational)", _vmi("vm8"))
     publish("io.vmevents.device-conflict.detected", SEED_CONFLICT, "the next re-scan sees the same conflict",
             _vm("vm2"))
     wait_until(lambda: _show(s, am, notifications, hook, shown) and (not am or shown["am"] >= 2), 8)
-    publish("io.vmevents.device-conflict.resolved", SEED_CONFLICT, "vm2 stopped: the conflict is over", _vm("vm2"))
+    publish("io.vmevents.device-conflict.resolved", SEED_RESOLVED, "vm2 stopped: the conflict is over", _vm("vm2"))
     wait_until(lambda: _show(s, am, notifications, hook, shown) and _resolved_seen(notifications), 8 if am else 0)
     time.sleep(0.2)
     _show(s, am, notifications, hook, shown)

@@ -124,9 +124,7 @@ def _summary(s: Stage, cast: dict) -> None:
     for event in list(s.knative.broker.received):
         if event["source"] == f"/vmevents/{COMPONENT}":
             data = json.loads(event.data) if isinstance(event.data, (bytes, str)) else event.data
-            items = [(f["type"].rsplit(".", 1)[1], f) for f in data["findings"]] if event["type"].endswith(".scanned") \
-                else [(event["type"].rsplit(".", 1)[1], data)]
-            replies.extend(items)
+            replies.extend((f["state"], f["details"]) for f in data.get("findings", [data]))
     print(f"\n  {'VM':<9} {'KubeVirt IOerror':<17} Events and replies of io-pause-report")
     for name in cast:
         kubevirt = sum(e["count"] for e in s.cluster.list("v1", "Event", "default")

@@ -56,8 +56,8 @@ def _summary(s: Stage, vmims: dict) -> None:
     for event in list(s.knative.broker.received):
         if event["source"] == f"/vmevents/{COMPONENT}":
             data = json.loads(event.data) if isinstance(event.data, (bytes, str)) else event.data
-            for item in data.get("reported", [data]):
-                replies.setdefault(item["uid"], item)
+            for item in data.get("findings", [data]):
+                replies.setdefault(item["details"]["uid"], dict(item["details"], advice=item["advice"]))
     print(f"\n  {'VM':<6} {'VMIM':<10} {'report':<22} the Event migration-report recorded on the VMI (and the VM)")
     for name, vmim in vmims.items():
         report = replies.get(vmim["metadata"]["uid"])

@@ -95,7 +95,7 @@ def objects_for(function: str) -> list[tuple[str, dict]]:
 
 
 FINDINGS = (("io.vmevents.device-conflict.detected", fb.device_conflict()),
-            ("io.vmevents.migration-report.failed", fb.migration_report()),
+            ("io.vmevents.migration-report.detected", fb.migration_report()),
             ("io.vmevents.io-pause-report.detected", fb.io_pause()),
             ("io.vmevents.vmi-cleanup.cleaned", fb.cleaned()))
 

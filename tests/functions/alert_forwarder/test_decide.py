@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from functions.alert_forwarder.decide import TABLE, decide, generic_rule
+from functions.alert_forwarder.decide import TABLE, decide
 from functions.alert_forwarder.finding import findings
 from functions.alert_forwarder.settings import Receiver, Settings, read_headers
 from functions.alert_forwarder.wording import slack_message, webhook_payload
@@ -30,95 +30,96 @@ def alerts_for(type_, data, settings=AM, subject=None):
     return decide(type_, findings(incoming(type_, data, subject)), settings, NOW)
 
 
-# -- the table, one row per finding type ------------------------------------------------------------
+# -- the table, one row per category ---------------------------------------------------------------
+DEVICE = {"alertname": "VMHostDeviceConflict", "severity": "warning", "namespace": "default", "vm": "vm2",
+          "device": "harvester-ktmg4-000004102", "conflict": "taken-while-stopped", "cluster": "prod"}
 ROWS = [
-    pytest.param("io.vmevents.device-conflict.detected", b.device_conflict(), None,
-                 {"alertname": "VMHostDeviceConflict", "severity": "warning", "namespace": "default", "vm": "vm2",
-                  "device": "harvester-ktmg4-000004102", "conflict": "taken-while-stopped", "cluster": "prod"},
-                 False, "vmhostdeviceconflict", id="device-conflict-detected"),
-    pytest.param("io.vmevents.device-conflict.resolved", b.device_conflict(), None,
-                 {"alertname": "VMHostDeviceConflict", "severity": "warning", "namespace": "default", "vm": "vm2",
-                  "device": "harvester-ktmg4-000004102", "conflict": "taken-while-stopped", "cluster": "prod"},
-                 True, "vmhostdeviceconflict", id="device-conflict-resolved-same-labels"),
+    pytest.param("io.vmevents.device-conflict.detected", b.device_conflict(), DEVICE, False, "vmhostdeviceconflict",
+                 timedelta(days=7), id="device-conflict-detected"),
+    pytest.param("io.vmevents.device-conflict.resolved", b.device_conflict(state="resolved"), DEVICE,
+                 True, "vmhostdeviceconflict", timedelta(0), id="device-conflict-resolved-same-labels"),
     pytest.param("io.vmevents.device-conflict.detected",
                  b.device_conflict(holder=None, blocked=("ns2/vm-a", "ns2/vm-b"), kind="double-assigned",
-                                   severity=None), None,
+                                   severity=None),
                  {"alertname": "VMHostDeviceConflict", "severity": "warning", "namespace": "ns2", "vm": "vm-a",
                   "device": "harvester-ktmg4-000004102", "conflict": "double-assigned", "cluster": "prod"},
-                 False, "vmhostdeviceconflict", id="double-assigned-no-holder-no-severity"),
-    pytest.param("io.vmevents.migration-report.failed", b.migration_report(),
-                 b.VMIM_PATH.format(ns="default", name="vm1-migration-abcde"),
+                 False, "vmhostdeviceconflict", timedelta(days=7), id="double-assigned-no-holder-no-severity"),
+    pytest.param("io.vmevents.migration-report.detected", b.migration_report(),
                  {"alertname": "VMMigrationFailed", "severity": "warning", "namespace": "default", "vm": "vm1",
                   "migration": "vm1-migration-abcde", "cluster": "prod"},
-                 False, "vmmigrationfailed", id="migration-failed"),
-    pytest.param("io.vmevents.migration-report.failed", {"vmi": "default/vm1", "category": "unknown",
-                                                         "summary": "Migration failed."},
-                 b.VMIM_PATH.format(ns="default", name="mig-from-subject"),
-                 {"alertname": "VMMigrationFailed", "severity": "warning", "namespace": "default", "vm": "vm1",
-                  "migration": "mig-from-subject", "cluster": "prod"},
-                 False, "vmmigrationfailed", id="migration-name-from-the-subject"),
-    pytest.param("io.vmevents.migration-report.near-timeout",
-                 b.migration_report(category=None, phase="Succeeded"), None,
+                 False, "vmmigrationfailed", timedelta(days=7), id="migration-failed"),
+    pytest.param("io.vmevents.migration-report.detected", b.migration_report(category="near-timeout",
+                                                                             phase="Succeeded"),
                  {"alertname": "VMMigrationNearTimeout", "severity": "warning", "namespace": "default", "vm": "vm1",
                   "migration": "vm1-migration-abcde", "cluster": "prod"},
-                 False, "vmmigrationneartimeout", id="migration-near-timeout"),
-    pytest.param("io.vmevents.io-pause-report.detected", b.io_pause(pvcs=("vm1-disk-1", "vm1-disk-0")), None,
+                 False, "vmmigrationneartimeout", timedelta(days=7), id="migration-near-timeout"),
+    pytest.param("io.vmevents.io-pause-report.detected", b.io_pause(pvcs=("vm1-disk-1", "vm1-disk-0")),
                  {"alertname": "VMPausedOnIOError", "severity": "critical", "namespace": "default", "vm": "vm1",
                   "volume": "vm1-disk-0,vm1-disk-1", "cluster": "prod"},
-                 False, "vmpausedonioerror", id="io-pause-detected-volumes-sorted"),
-    pytest.param("io.vmevents.io-pause-report.resolved", b.io_pause(pvcs=("vm1-disk-0", "vm1-disk-1")), None,
+                 False, "vmpausedonioerror", timedelta(days=7), id="io-pause-detected-volumes-sorted"),
+    pytest.param("io.vmevents.io-pause-report.resolved", b.io_pause(pvcs=("vm1-disk-0", "vm1-disk-1"),
+                                                                    state="resolved"),
                  {"alertname": "VMPausedOnIOError", "severity": "critical", "namespace": "default", "vm": "vm1",
                   "volume": "vm1-disk-0,vm1-disk-1", "cluster": "prod"},
-                 True, "vmpausedonioerror", id="io-pause-resolved"),
-    pytest.param("io.vmevents.io-pause-report.detected", b.io_pause(severity="Warn"), None,
+                 True, "vmpausedonioerror", timedelta(0), id="io-pause-resolved"),
+    pytest.param("io.vmevents.io-pause-report.detected", b.io_pause(severity="Warn"),
                  {"alertname": "VMPausedOnIOError", "severity": "warning", "namespace": "default", "vm": "vm1",
                   "volume": "vm1-disk-0", "cluster": "prod"},
-                 False, "vmpausedonioerror", id="severity-from-the-finding-wins-aliases-understood"),
-    pytest.param("io.vmevents.new-function.detected", {"vmi": "ns3/vm9", "summary": "Something new.",
-                                                        "severity": "critical"}, None,
-                 {"alertname": "VmeventsNewFunctionDetected", "severity": "critical", "namespace": "ns3", "vm": "vm9",
+                 False, "vmpausedonioerror", timedelta(days=7), id="severity-from-the-finding-wins-aliases-understood"),
+    pytest.param("io.vmevents.vmi-cleanup.cleaned", b.cleaned(),
+                 {"alertname": "VMICleanedUp", "severity": "info", "namespace": "default", "vm": "vm1",
                   "cluster": "prod"},
-                 False, "other-findings", id="unknown-type-forwarded-generically"),
-    pytest.param("io.vmevents.new-function.resolved", {"vmi": "ns3/vm9", "severity": "critical"}, None,
-                 {"alertname": "VmeventsNewFunctionDetected", "severity": "critical", "namespace": "ns3", "vm": "vm9",
+                 False, "vmicleanedup", timedelta(hours=1), id="reported-finding-expires"),
+    pytest.param("io.vmevents.new-function.detected",
+                 {"category": "disk-on-fire", "identity": {"namespace": "ns3", "vm": "vm9"},
+                  "summary": "Something new.", "severity": "critical", "state": "detected"},
+                 {"alertname": "VmeventsNewFunctionDiskOnFire", "severity": "critical", "namespace": "ns3",
+                  "vm": "vm9", "cluster": "prod"},
+                 False, "other-findings", timedelta(days=7), id="unknown-category-forwarded-generically"),
+    pytest.param("io.vmevents.new-function.resolved",
+                 {"category": "disk-on-fire", "identity": {"namespace": "ns3", "vm": "vm9"}, "severity": "critical",
+                  "state": "resolved"},
+                 {"alertname": "VmeventsNewFunctionDiskOnFire", "severity": "critical", "namespace": "ns3",
+                  "vm": "vm9", "cluster": "prod"},
+                 True, "other-findings", timedelta(0), id="unknown-resolved-ends-its-detected"),
+    pytest.param("io.vmevents.new-function.noticed", {"anything": 1},
+                 {"alertname": "VmeventsNewFunctionNoticed", "severity": "warning", "namespace": "ns4", "name": "x",
                   "cluster": "prod"},
-                 True, "other-findings", id="unknown-resolved-ends-its-detected"),
+                 False, "other-findings", timedelta(hours=1), id="not-even-the-schema-still-an-alert"),
 ]
 
 
-@pytest.mark.parametrize("type_,data,subject,labels,resolved,anchor", ROWS)
-def test_each_finding_becomes_one_alert_with_stable_labels(type_, data, subject, labels, resolved, anchor):
-    verdict = alerts_for(type_, data, subject=subject)
+@pytest.mark.parametrize("type_,data,labels,resolved,anchor,lasts", ROWS)
+def test_each_finding_becomes_one_alert_labelled_by_its_identity(type_, data, labels, resolved, anchor, lasts):
+    settings = Settings(alertmanager=AM.alertmanager, cluster="prod", min_severity="info")
+    verdict = alerts_for(type_, data, settings, subject="/api/v1/namespaces/ns4/things/x")
     assert verdict.action == "forward", verdict.reason
     (alert,) = verdict.alerts
     assert alert.labels == labels
     assert alert.resolved is resolved
     assert alert.starts_at == NOW
-    until_resolved = type_.endswith(".detected") and type_.replace(".detected", ".resolved") in TABLE
-    assert alert.ends_at == (NOW if resolved else NOW + (timedelta(days=7) if until_resolved else timedelta(hours=1)))
+    assert alert.ends_at == NOW + lasts
     assert alert.annotations["runbook_url"] == f"{BASE}#{anchor}"
     assert alert.annotations["summary"] and alert.annotations["description"]
 
 
-def test_summaries_are_sentences_an_operator_can_act_on():
-    conflict = alerts_for("io.vmevents.device-conflict.detected", b.device_conflict()).alerts[0].annotations
-    assert conflict["summary"] == ("default/vm2 holds harvester-ktmg4-000004102 "
-                                   "(intel.com/82599_ETHERNET_CONTROLLER_VIRTUAL_FUNCTION) on harvester-ktmg4; "
-                                   "default/vm1 names it too and cannot start while it runs.")
-    blocked = alerts_for("io.vmevents.device-conflict.detected", b.device_conflict(kind="start-blocked")).alerts[0]
-    assert blocked.annotations["summary"].startswith("VM default/vm1 cannot start: default/vm2 holds")
-    migration = alerts_for("io.vmevents.migration-report.failed", b.migration_report()).alerts[0].annotations
+def test_summary_is_the_findings_sentence_and_the_description_its_advice_and_details():
+    migration = alerts_for("io.vmevents.migration-report.detected", b.migration_report()).alerts[0].annotations
     assert migration["summary"].startswith("Migration default/vm1-migration-abcde of VMI default/vm1 failed")
     assert "- apply MigrationPolicy vm1-migration: Let KubeVirt auto-converge." in migration["description"]
     io = alerts_for("io.vmevents.io-pause-report.detected", b.io_pause()).alerts[0].annotations
-    assert io["summary"] == "VM default/vm1 paused 3 time(s) on IO errors (rebuild-related)."
-    assert "vm1-disk-0 → Longhorn volume pvc-0 (robustness degraded, rebuilding 42%)" in io["description"]
-    assert "Disable fstrim.timer" in io["description"]
+    assert io["summary"] == "VMI default/vm1 pauses on IO errors (rebuild-related), 3 pause(s) so far."
+    assert "Disable fstrim.timer" in io["description"] and '"pvc":"vm1-disk-0"' in io["description"]
+    bare = alerts_for("io.vmevents.device-conflict.detected", dict(b.device_conflict(), summary="")).alerts[0]
+    assert bare.annotations["summary"] == ("taken-while-stopped now on default/vm2 [conflict=taken-while-stopped, "
+                                           "device=harvester-ktmg4-000004102] (device-conflict).")
 
 
-def test_a_finding_message_from_the_function_wins_over_ours():
-    data = b.device_conflict(message="vm2 holds the NIC; stop vm2 or give vm1 another VF.")
-    assert alerts_for("io.vmevents.device-conflict.detected", data).alerts[0].annotations["summary"] == data["message"]
+def test_a_field_a_producer_adds_changes_nothing_but_the_description():
+    plain = alerts_for("io.vmevents.device-conflict.detected", b.device_conflict()).alerts[0]
+    more = alerts_for("io.vmevents.device-conflict.detected", b.device_conflict(gpuModel="A100")).alerts[0]
+    assert more.labels == plain.labels and more.annotations["summary"] == plain.annotations["summary"]
+    assert "gpuModel: A100" in more.annotations["description"]
 
 
 def test_the_same_finding_again_gives_the_same_labels():
@@ -130,16 +131,6 @@ def test_the_same_finding_again_gives_the_same_labels():
     assert again.alerts[0].ends_at == NOW + timedelta(minutes=5, days=7)
 
 
-@pytest.mark.parametrize("type_,data,lasts", [
-    ("io.vmevents.device-conflict.detected", b.device_conflict(), timedelta(days=7)),
-    ("io.vmevents.io-pause-report.detected", b.io_pause(), timedelta(days=7)),
-    ("io.vmevents.migration-report.failed", b.migration_report(), timedelta(hours=1)),
-], ids=["device-conflict-until-resolved", "io-pause-until-resolved", "one-off-migration-failure-expires"])
-def test_findings_reported_once_per_episode_stay_firing_until_resolved(type_, data, lasts):
-    """device-conflict and io-pause-report do not repeat a finding while it lasts; they send .resolved."""
-    assert alerts_for(type_, data).alerts[0].ends_at == NOW + lasts
-
-
 # -- severities and drops ---------------------------------------------------------------------------
 @pytest.mark.parametrize("type_,data,min_severity,action", [
     ("io.vmevents.vmi-cleanup.cleaned", b.cleaned(), "warning", "drop"),
@@ -147,11 +138,11 @@ def test_findings_reported_once_per_episode_stay_firing_until_resolved(type_, da
     ("io.vmevents.device-conflict.detected", b.device_conflict(), "warning", "forward"),
     ("io.vmevents.device-conflict.detected", b.device_conflict(), "critical", "drop"),
     ("io.vmevents.device-conflict.detected", b.device_conflict(severity="critical"), "critical", "forward"),
-    ("io.vmevents.device-conflict.resolved", b.device_conflict(severity="info"), "warning", "drop"),
+    ("io.vmevents.device-conflict.resolved", b.device_conflict(severity="info", state="resolved"), "warning", "drop"),
     ("io.vmevents.io-pause-report.detected", b.io_pause(severity="bogus"), "critical", "forward"),
     ("io.vmevents.alert-forwarder.anything", {"x": 1}, "info", "drop"),
 ], ids=["cleaned-info-below-default", "cleaned-with-min-info", "conflict-warning", "conflict-below-critical",
-        "conflict-critical-by-data", "resolved-below-min-dropped-too", "unknown-severity-uses-type-default",
+        "conflict-critical-by-data", "resolved-below-min-dropped-too", "unknown-severity-uses-the-table-default",
         "own-events-never-loop"])
 def test_min_severity_and_drops(type_, data, min_severity, action):
     settings = Settings(alertmanager=AM.alertmanager, min_severity=min_severity)
@@ -164,27 +155,20 @@ def test_no_receiver_configured_drops_and_says_what_it_would_have_sent():
     assert "no receiver configured" in verdict.reason and "VMHostDeviceConflict default/vm2" in verdict.reason
 
 
-def test_a_rescan_summary_becomes_one_alert_per_finding_it_carries():
-    cleaned = findings(incoming("io.vmevents.vmi-cleanup.scanned",
-                                {"scanned": 5, "cleaned": [b.cleaned("default/a"), b.cleaned("default/b")]}))
-    assert [(f.type, f.data["vmi"]) for f in cleaned] == [("io.vmevents.vmi-cleanup.cleaned", "default/a"),
-                                                          ("io.vmevents.vmi-cleanup.cleaned", "default/b")]
-    reported = findings(incoming("io.vmevents.migration-report.scanned", {"scanned": 9, "reported": [
-        {"type": "io.vmevents.migration-report.failed", **b.migration_report()}]}))
-    verdict = decide("io.vmevents.migration-report.scanned", reported, AM, NOW)
-    assert [a.labels["alertname"] for a in verdict.alerts] == ["VMMigrationFailed"]
-    assert verdict.alerts[0].labels["migration"] == "vm1-migration-abcde"
-
-
-def test_a_batch_of_changes_becomes_one_alert_per_change():
-    batch = findings(incoming("io.vmevents.device-conflict.batch", {
-        "detected": [dict(b.device_conflict(device="dev-a"), id="1")],
-        "resolved": [dict(b.device_conflict(device="dev-b"), id="2")]}))
+def test_a_summary_becomes_one_alert_per_finding_it_carries():
+    """Re-scan summaries and device-conflict's batch have one shape: {summary, scanned, findings[]}."""
+    cleaned = findings(incoming("io.vmevents.vmi-cleanup.scanned", {"summary": "2 cleaned", "scanned": {"vmis": 5},
+                                                                    "findings": [b.cleaned("default/a"),
+                                                                                 b.cleaned("default/b")]}))
+    assert [(f.category, f.identity["vm"]) for f in cleaned] == [("vmi-cleaned-up", "a"), ("vmi-cleaned-up", "b")]
+    batch = findings(incoming("io.vmevents.device-conflict.batch", {"summary": "", "findings": [
+        dict(b.device_conflict(device="dev-a"), id="1"), dict(b.device_conflict(device="dev-b", state="resolved"),
+                                                              id="2")]}))
     verdict = decide("io.vmevents.device-conflict.batch", batch, AM, NOW)
     assert [(a.labels["device"], a.resolved) for a in verdict.alerts] == [("dev-a", False), ("dev-b", True)]
-    paused = findings(incoming("io.vmevents.io-pause-report.scanned", {"scanned": 3, "findings": [
-        {"type": "io.vmevents.io-pause-report.detected", "subject": "/x", **b.io_pause()}]}))
-    assert [(f.type, f.subject) for f in paused] == [("io.vmevents.io-pause-report.detected", "/x")]
+    mixed = findings(incoming("io.vmevents.io-pause-report.scanned", {"findings": [
+        b.io_pause(), b.migration_report()]}))
+    assert [f.function for f in mixed] == ["io-pause-report", "migration-report"]
 
 
 @pytest.mark.parametrize("type_,data,fragment", [
@@ -192,9 +176,9 @@ def test_a_batch_of_changes_becomes_one_alert_per_change():
     ("io.vmevents.device-conflict.detected", None, "no JSON object as data"),
     ("io.vmevents.device-conflict.detected", "text", "no JSON object as data"),
     ("com.example.other", {}, "unsupported event type"),
-    ("io.vmevents.vmi-cleanup.scanned", {"cleaned": "x"}, "must be a list of objects"),
-    ("io.vmevents.migration-report.scanned", {"reported": [{"vmi": "a/b"}]}, "no io.vmevents.* type"),
-], ids=["list", "no-data", "string", "foreign-type", "scanned-not-a-list", "scanned-item-without-type"])
+    ("io.vmevents.vmi-cleanup.scanned", {"findings": "x"}, "must be a list of objects"),
+    ("io.vmevents.migration-report.scanned", {"findings": [1]}, "must be a list of objects"),
+], ids=["list", "no-data", "string", "foreign-type", "summary-not-a-list", "summary-item-not-an-object"])
 def test_what_is_not_a_finding_is_refused(type_, data, fragment):
     with pytest.raises(BadEvent, match=re.escape(fragment)):
         findings(incoming(type_, data))
@@ -212,7 +196,7 @@ def test_json_webhook_is_alertmanagers_own_payload_with_the_finding():
 
 
 def test_slack_message_reads_well_in_a_channel_and_escapes_mrkdwn():
-    event = incoming("io.vmevents.io-pause-report.detected", b.io_pause(summary="VM <vm1> & friends paused."))
+    event = incoming("io.vmevents.io-pause-report.detected", dict(b.io_pause(), summary="VM <vm1> & friends paused."))
     alert = decide(event.type, findings(event), AM, NOW).alerts[0]
     message = slack_message(alert, event, AM)
     text = message["blocks"][0]["text"]["text"]
@@ -221,7 +205,8 @@ def test_slack_message_reads_well_in_a_channel_and_escapes_mrkdwn():
     assert f"<{BASE}#vmpausedonioerror|Runbook>" in text
     assert message["text"].startswith(":red_circle: CRITICAL: VMPausedOnIOError default/vm1")
     resolved = decide("io.vmevents.io-pause-report.resolved",
-                      findings(incoming("io.vmevents.io-pause-report.resolved", b.io_pause())), AM, NOW).alerts[0]
+                      findings(incoming("io.vmevents.io-pause-report.resolved", b.io_pause(state="resolved"))),
+                      AM, NOW).alerts[0]
     assert slack_message(resolved, event, AM)["blocks"][0]["text"]["text"].startswith(
         ":white_check_mark: *RESOLVED: VMPausedOnIOError*")
 
@@ -278,5 +263,68 @@ def github_anchors(markdown: str) -> set[str]:
 
 def test_every_runbook_url_points_at_a_readme_heading():
     anchors = github_anchors((REPO / "README.md").read_text())
-    wanted = {rule.runbook for rule in TABLE.values()} | {generic_rule("io.vmevents.x.y").runbook}
+    wanted = {kind.runbook for kind in TABLE.values()} | {"other-findings"}
     assert wanted <= anchors, sorted(wanted - anchors)
+
+
+# -- findings as the producers' own code builds them --------------------------------------------------------
+def _producers_findings():
+    """One finding from each producer's own wording.finding, as its reply data."""
+    from functions.device_conflict.decide import find_conflicts
+    from functions.device_conflict.index import Index
+    from functions.device_conflict.wording import finding as device_finding
+    from functions.io_pause_report.decide import Facts as IoFacts
+    from functions.io_pause_report.decide import KubeVirtErrors, VolumeFacts
+    from functions.io_pause_report.decide import decide as io_decide
+    from functions.io_pause_report.settings import Settings as IoSettings
+    from functions.io_pause_report.wording import advice, event_message
+    from functions.io_pause_report.wording import finding as io_finding
+    from functions.migration_report.decide import decide as migration_decide
+    from functions.migration_report.settings import Settings as MigrationSettings
+    from functions.migration_report.wording import finding as migration_finding
+    from functions.migration_report.wording import reply_data
+    from functions.vmi_cleanup.decide import Action, Verdict
+    from functions.vmi_cleanup.wording import finding as cleanup_finding
+    from simcluster.builders import io_pause, kubevirt, migration
+    from simcluster.builders.devices import seed_vm1, seed_vm2
+    from tests.functions.migration_report.test_decide import facts as migration_facts
+
+    index = Index()
+    for vm in (seed_vm1(), seed_vm2()):
+        index.add_vm(vm)
+    vmi2 = dict(seed_vm2(), kind="VirtualMachineInstance", spec=seed_vm2()["spec"]["template"]["spec"],
+                status={"phase": "Running", "nodeName": "harvester-ktmg4"})
+    index.add_vmi(vmi2)
+    [conflict] = find_conflicts(index.workloads())
+    yield "device-conflict", device_finding(conflict).data("detected")
+
+    volume = VolumeFacts("disk-0", pvc="vm1-disk-0", pv="pv-1", longhorn_volume="pv-1", robustness="degraded",
+                         rebuilding=True, progress=40)
+    facts = IoFacts((volume,), KubeVirtErrors(2, ("disk-0",), None, io_pause.NOW))
+    io_verdict = io_decide(io_pause.make_vmi(), facts, None, IoSettings(), io_pause.NOW)
+    advised = advice(io_verdict, facts, IoSettings())
+    yield "io-pause-report", io_finding(io_verdict, "default/vm1", "default/vm1", "vmi-uid-1", advised,
+                                        event_message(io_verdict, "default/vm1", advised)).data("detected")
+
+    mfacts = migration_facts(reason=migration.STUCK.format(150))
+    mverdict = migration_decide(mfacts, MigrationSettings(), migration.NOW)
+    yield "migration-report", migration_finding(reply_data(mverdict, mfacts, MigrationSettings()), mfacts,
+                                                "failed").data("detected")
+
+    cleaned = kubevirt.make_vmi("vm3")
+    yield "vmi-cleanup", cleanup_finding("deleted-vmi", cleaned, None,
+                                         Verdict(Action.DELETE_VMI, "runStrategy Manual", "Manual")).data("reported")
+
+
+def test_every_producers_finding_becomes_its_alert_through_the_one_schema():
+    settings = Settings(alertmanager=AM.alertmanager, cluster="prod", min_severity="info")
+    names = {}
+    for function, data in _producers_findings():
+        (alert,) = decide(f"io.vmevents.{function}.{data['state']}",
+                          findings(incoming(f"io.vmevents.{function}.{data['state']}", data)), settings, NOW).alerts
+        assert {k: v for k, v in alert.labels.items() if k not in ("alertname", "severity", "cluster")} == {
+            k: v for k, v in data["identity"].items() if v}
+        assert alert.annotations["summary"] == data["summary"]
+        names[function] = alert.labels["alertname"]
+    assert names == {"device-conflict": "VMHostDeviceConflict", "io-pause-report": "VMPausedOnIOError",
+                     "migration-report": "VMMigrationFailed", "vmi-cleanup": "VMICleanedUp"}

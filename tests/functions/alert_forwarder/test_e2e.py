@@ -96,7 +96,7 @@ def test_findings_are_grouped_by_alertname_and_namespace(world):
     ns = unique_ns()
     for vm in ("vm1", "vm2", "vm3"):
         world.publish("io.vmevents.io-pause-report.detected", b.io_pause(f"{ns}/{vm}", pvcs=(f"{vm}-disk-0",)))
-    world.publish("io.vmevents.migration-report.failed", b.migration_report(f"{ns}/vm1", f"{ns}/vm1-mig"))
+    world.publish("io.vmevents.migration-report.detected", b.migration_report(f"{ns}/vm1", f"{ns}/vm1-mig"))
     eventually(lambda: len(world.alertmanager.alerts(namespace=ns)) == 4, what="four alerts")
     groups = {g["labels"]["alertname"]: g for g in world.alertmanager.api("alerts/groups")
               if g["labels"].get("namespace") == ns}
@@ -133,7 +133,8 @@ def test_a_resolved_finding_ends_the_alert(world):
     eventually(lambda: world.alertmanager.alerts(namespace=ns), what="the alert")
     world.notifications.wait_for(lambda posts: any(p["body"]["groupLabels"].get("namespace") == ns for p in posts),
                                  what="the firing notification")
-    world.publish("io.vmevents.device-conflict.resolved", data)
+    world.publish("io.vmevents.device-conflict.resolved", b.device_conflict(f"{ns}/vm2", (f"{ns}/vm1",),
+                                                                            state="resolved"))
     eventually(lambda: not world.alertmanager.alerts(namespace=ns), what="no active alert any more")
     resolved = world.notifications.wait_for(
         lambda posts: [a for p in posts if p["body"]["groupLabels"].get("namespace") == ns
@@ -143,13 +144,14 @@ def test_a_resolved_finding_ends_the_alert(world):
 
 def test_the_webhook_gets_one_post_per_finding(world):
     ns = unique_ns()
-    world.publish("io.vmevents.migration-report.near-timeout", b.migration_report(f"{ns}/vm5", f"{ns}/vm5-mig"))
+    world.publish("io.vmevents.migration-report.detected", b.migration_report(f"{ns}/vm5", f"{ns}/vm5-mig",
+                                                                              category="near-timeout"))
     posts = world.hook.wait_for(lambda posts: [p for p in posts
                                                if p["body"]["commonLabels"].get("namespace") == ns], what="the webhook")
     world.settle()
     assert len([p for p in world.hook.posts if p["body"]["commonLabels"].get("namespace") == ns]) == 1
     assert posts[0]["body"]["commonLabels"]["alertname"] == "VMMigrationNearTimeout"
-    assert posts[0]["body"]["finding"]["type"] == "io.vmevents.migration-report.near-timeout"
+    assert posts[0]["body"]["finding"]["type"] == "io.vmevents.migration-report.detected"
 
 
 def test_a_real_vmi_cleanup_reply_reaches_the_function_and_is_dropped_as_info(world):

@@ -57,22 +57,23 @@ class World(e2e.World):
                 if e["involvedObject"]["name"] == name and e["reason"] == reason]
 
     def conflict_events(self, name, kind):
-        return [e for e in self.events(name)
-                if json.loads(e["metadata"]["annotations"]["vmevents.io/device-conflict"])["conflict"]["kind"] == kind]
+        """The finding's Event (on the first VM it keeps from starting) and the plain ones on the others."""
+        def category(e):
+            notes = e["metadata"].get("annotations") or {}
+            if "vmevents.io/finding" in notes:
+                return json.loads(notes["vmevents.io/finding"])["category"]
+            return notes.get("vmevents.io/finding-category")
+        return [e for e in self.events(name) if category(e) == kind]
 
     def replies(self, what=None):
-        """(id, type suffix, data) of every reply; batch items are unpacked with their own ids."""
+        """(id, state, details + severity) of every finding replied; summary items with their own ids."""
         found = []
         for e in list(self.knative.broker.received):
             if not e["type"].startswith(PREFIX):
                 continue
             data = e2e.data_of(e)
-            suffix = e["type"][len(PREFIX):]
-            if suffix == "batch":
-                found += [(item["id"], "detected", item) for item in data["detected"]]
-                found += [(item["id"], "resolved", item) for item in data["resolved"]]
-            else:
-                found.append((e["id"], suffix, data))
+            for item in data["findings"] if "findings" in data else [dict(data, id=e["id"])]:
+                found.append((item["id"], item["state"], dict(item["details"], severity=item["severity"])))
         return [r for r in found if what is None or r[1] == what]
 
     def reply_about(self, what, kind, device):

@@ -324,3 +324,24 @@ def test_progress_stall_advice_names_bandwidth_and_the_migration_network():
     assert yaml.safe_load(advice[0]["yaml"])["spec"]["bandwidthPerMigration"] == "0"
     assert "64Mi" in advice[0]["why"]
     assert advice[1]["action"] == "use a dedicated migration network" and "network" in advice[1]["yaml"]
+
+
+# -- when a reported migration's finding ends -------------------------------------------------------------
+def test_a_reported_migration_ends_with_a_later_migration_the_vmi_gone_or_restarted_or_its_lifetime():
+    from functions.migration_report.decide import ended
+
+    vmi = make_vmi()
+    reported = {"uid": UID, "vmi": "default/vm1", "vmiUid": vmi["metadata"]["uid"],
+                "createdAt": "2026-11-30T09:00:00Z"}
+    opened = NOW - timedelta(minutes=5)
+    assert ended(reported, vmi, [], opened, DEFAULTS, NOW) is None
+    later = make_vmim(phase="Succeeded", name="vm1-mig-later", created=NOW - timedelta(minutes=1))
+    assert "a later migration of the VMI, vm1-mig-later, has succeeded" in ended(reported, vmi, [later], opened,
+                                                                                  DEFAULTS, NOW)
+    running = make_vmim(phase="Running", name="vm1-mig-now", created=NOW - timedelta(minutes=1))
+    assert ended(reported, vmi, [running], opened, DEFAULTS, NOW) is None  # not ended yet
+    other_vmi = make_vmim("vm2", phase="Succeeded", name="vm2-mig", created=NOW - timedelta(minutes=1))
+    assert ended(reported, vmi, [other_vmi], opened, DEFAULTS, NOW) is None
+    assert "is gone" in ended(reported, None, [], opened, DEFAULTS, NOW)
+    assert "restarted" in ended(reported, make_vmi(uid="another"), [], opened, DEFAULTS, NOW)
+    assert "MIGRATION_RESOLVED_AFTER=360m" in ended(reported, vmi, [], NOW - timedelta(hours=6), DEFAULTS, NOW)

@@ -93,7 +93,7 @@ def test_a_vm_whose_run_strategy_changed_since_the_read_is_not_halted(cluster):
 def test_dry_run_reports_and_changes_nothing(cluster):
     vm, vmi = create_pair(cluster, "dry1", run_strategy="Once")
     outcome = converge(vmi, context(cluster, dry_run=True))
-    assert outcome.effect == "would-halt-vm" and outcome.reply.data["dryRun"] is True
+    assert outcome.effect == "would-halt-vm" and outcome.reply.data["details"]["dryRun"] is True
     assert cluster.get("kubevirt.io/v1", "VirtualMachine", "default", "dry1")["spec"]["runStrategy"] == "Once"
     assert vmi_of(cluster, "dry1") is not None
     [event] = events_on(cluster, "dry1")
@@ -115,7 +115,7 @@ def test_rescan_pages_through_every_vmi_and_acts_on_the_due_ones(cluster):
     cluster.requests.clear()
     outcome = rescan(context(cluster, page_size=3))
     assert all(vmi_of(cluster, f"scan{i}") is None for i in range(7))
-    cleaned = {c["vmi"] for c in outcome.reply.data["cleaned"]}
+    cleaned = {c["details"]["vmi"] for c in outcome.reply.data["findings"]}
     assert {f"default/scan{i}" for i in range(7)} <= cleaned
     lists = [r for r in cluster.requests if r.service_account == "vmevents/vmi-cleanup" and r.verb == "list"
              and r.resource == "virtualmachineinstances"]

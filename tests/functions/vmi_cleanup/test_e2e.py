@@ -69,8 +69,8 @@ class World(e2e.World):
                 if e["involvedObject"]["name"] == name and e["reason"].startswith(("VMICleanedUp", "VMICleanup"))]
 
     def replies(self, type_suffix):
-        """The data of the reply CloudEvents the function sent back into the broker."""
-        return [e2e.data_of(e) for e in list(self.knative.broker.received)
+        """The findings' details of the reply CloudEvents the function sent back into the broker."""
+        return [e2e.data_of(e)["details"] for e in list(self.knative.broker.received)
                 if e["type"] == f"io.vmevents.vmi-cleanup.{type_suffix}" and e["source"] == "/vmevents/vmi-cleanup"]
 
 

@@ -36,7 +36,8 @@ def test_one_vm_with_a_huge_annotation_does_not_stop_the_rescan_of_the_others(mo
         kube = connect()
         ctx = KubeContext(FUNCTION, Settings(), lambda: FINISHED + timedelta(hours=1), kube, Recorder(kube, FUNCTION))
         outcome = rescan(ctx)
-        assert outcome.reply is not None and [c["vmi"] for c in outcome.reply.data["cleaned"]] == ["default/plain"]
+        assert outcome.reply is not None
+        assert [c["details"]["vmi"] for c in outcome.reply.data["findings"]] == ["default/plain"]
         assert cluster.get("kubevirt.io/v1", "VirtualMachineInstance", "default", "odd") is not None
         warnings = [e for e in cluster.list("v1", "Event", "default") if e["type"] == "Warning"]
         assert [e["involvedObject"]["name"] for e in warnings] == ["odd"] and "365d" in warnings[0]["message"]

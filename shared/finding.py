@@ -1,0 +1,74 @@
+"""The one finding schema (docs/findings.md): what a finding is, as every reply carries it, and the one summary
+shape of a reply that carries several. shared/findings.py keeps a finding's life; this module is pure."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from shared.replies import Reply, reply_type
+
+DETECTED, RESOLVED, REPORTED = "detected", "resolved", "reported"  # a finding's state in a reply
+BATCH = "batch"                              # several notices of one event, in one summary reply
+SEVERITIES = ("info", "warning", "critical")
+
+
+def stamp(when: datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A situation a person should know about, as every reply carries it (docs/findings.md)."""
+
+    function: str                  # the producer, e.g. "device-conflict"
+    category: str                  # what kind of finding (the alert table's key)
+    subject: str                   # the API path of the object it is about
+    key: str                       # what tells apart two findings of one category and subject ("" if nothing)
+    identity: Mapping[str, str]    # the labels that name it (Alertmanager's labels besides alertname, severity)
+    severity: str = "warning"      # info | warning | critical
+    summary: str = ""              # one sentence
+    advice: tuple[Any, ...] = ()   # what to do: sentences, or {action, why, yaml}
+    details: Mapping[str, Any] = field(default_factory=dict)  # the producer's own fields: free-form
+
+    @property
+    def ident(self) -> str:
+        return "\x00".join((self.function, self.category, self.subject, self.key))
+
+    def data(self, state: str, **life: Any) -> dict[str, Any]:
+        """The finding as reply data: the schema's fields, then its life (episode, openedAt, ...)."""
+        return {"function": self.function, "category": self.category, "subject": self.subject, "key": self.key,
+                "identity": dict(self.identity), "severity": self.severity, "summary": self.summary,
+                "advice": list(self.advice), "details": dict(self.details), "state": state, **life}
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> Finding:
+        return cls(str(data["function"]), str(data["category"]), str(data["subject"]), str(data.get("key") or ""),
+                   {str(k): str(v) for k, v in (data.get("identity") or {}).items()},
+                   str(data.get("severity") or "warning"), str(data.get("summary") or ""),
+                   tuple(data.get("advice") or ()), dict(data.get("details") or {}))
+
+
+def report(finding: Finding, what: str = REPORTED) -> Reply:
+    """A finding with no episode (something done, e.g. a VMI cleaned up): one reply of type
+    `<function>.<what>` with state `reported`, and no memory; its id comes from its identity alone."""
+    return Reply(reply_type(finding.function, what), finding.subject, finding.data(REPORTED), key=finding.ident)
+
+
+def summary(function: str, what: str, subject: str, replies: Iterable[Reply], sentence: str,
+            scanned: Mapping[str, int] | None = None) -> Reply | None:
+    """Several findings in one reply (a re-scan's `.scanned`, device-conflict's `.batch`): each item is its
+    own reply's data and id; `scanned` counts what was looked at. None when there is no finding."""
+    items = [dict(r.data, id=r.id) for r in replies]
+    if not items:
+        return None
+    data = {"summary": sentence, "scanned": dict(scanned or {}), "findings": items}
+    return Reply(reply_type(function, what), subject, data, key="|".join(sorted(i["id"] for i in items)))
+
+
+def one_or_summary(function: str, subject: str, replies: list[Reply], sentence: str) -> Reply | None:
+    """One answer carries one reply: a single finding as itself, several as a `.batch` summary."""
+    if len(replies) == 1:
+        return replies[0]
+    return summary(function, BATCH, subject, replies, sentence)

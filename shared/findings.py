@@ -1,0 +1,304 @@
+"""A finding's life in the cluster — open → seen again → resolved → reopened — so that a reply announces a
+transition (a notice) and never a mere sighting. The schema and the reasons are in docs/findings.md.
+
+The memory is one Kubernetes Event per finding identity (function, category, subject, key), named from that
+identity and recorded on the finding's recipient. Its annotations carry the state, the episode number and the
+id of the CloudEvent that opened (and resolved) the episode; its labels let a re-scan list what is still open.
+Events expire `--event-ttl` after their *last write* (kube-apiserver sets a fresh etcd lease on every update of
+an Event: pkg/registry/core/event/storage), so the open ones are renewed — rewritten — by every re-scan once
+their last write is older than `renew_after`, well under the TTL. Each sighting is a write too (count + 1).
+
+Races: the first open is a create (AlreadyExists: someone else opened it, read it back); every other change
+is a merge patch with the read resourceVersion as precondition (a Conflict re-reads and decides again), as
+shared.recorder.record_once does. So two deliveries at once still produce one notice, and a redelivery of
+the event that opened or resolved an episode finds its own id on the Event and answers with the same reply.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from shared.finding import (
+    BATCH,
+    DETECTED,
+    REPORTED,
+    RESOLVED,
+    Finding,
+    one_or_summary,
+    report,
+    stamp,
+    summary,
+)
+from shared.kube import EVENT, Conflict, Kube
+from shared.replies import Reply, reply_type
+
+__all__ = ["BATCH", "DETECTED", "OPEN", "REPORTED", "RESOLVED", "Finding", "Ledger", "Notice", "Record",
+           "one_or_summary", "record_of", "report", "stamp", "summary"]
+
+OPEN = "open"                                # a state on record (RESOLVED is one too, and a notice)
+DEFAULT_RENEW_AFTER = timedelta(minutes=15)  # kube-apiserver's default --event-ttl is 1 h
+
+LABEL = "vmevents.io/finding"                # label: the producing function (a re-scan lists by it)
+STATE_LABEL = "vmevents.io/finding-state"    # label: open | resolved
+DATA = "vmevents.io/finding"                 # annotation: the finding as last written (JSON, the schema)
+EPISODE = "vmevents.io/finding-episode"
+OPENED_BY = "vmevents.io/finding-opened-by"  # the CloudEvent id that opened the episode
+OPENED_AT = "vmevents.io/finding-opened-at"
+SEEN_AT = "vmevents.io/finding-seen-at"      # the last sighting (a renewal is not one)
+RESOLVED_BY = "vmevents.io/finding-resolved-by"
+RESOLVED_AT = "vmevents.io/finding-resolved-at"
+WRITTEN_AT = "vmevents.io/finding-written-at"  # the last write of any kind: what --event-ttl counts from
+ATTEMPTS = 8
+
+
+@dataclass(frozen=True)
+class Record:
+    """A finding's Event, read back."""
+
+    finding: Finding
+    state: str
+    episode: int
+    count: int
+    opened_by: str
+    opened_at: datetime | None
+    seen_at: datetime | None
+    last_counted: datetime | None   # the Event's lastTimestamp: the last sighting that raised its count
+    resolved_by: str | None
+    resolved_at: datetime | None
+    written_at: datetime | None
+    namespace: str
+    name: str
+    resource_version: str
+    involved: Mapping[str, Any]
+
+    @property
+    def open(self) -> bool:
+        return self.state == OPEN
+
+    def life(self) -> dict[str, Any]:
+        return {"episode": self.episode, "count": self.count,
+                "openedAt": stamp(self.opened_at) if self.opened_at else None,
+                "resolvedAt": stamp(self.resolved_at) if self.resolved_at else None}
+
+
+def _parse(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def record_of(event: Mapping[str, Any]) -> Record | None:
+    """The finding an Event carries; None for an Event that is not a finding's or is unreadable."""
+    meta = event.get("metadata") or {}
+    notes = meta.get("annotations") or {}
+    try:
+        finding = Finding.from_data(json.loads(notes[DATA]))
+        episode = int(notes.get(EPISODE) or 1)
+    except (KeyError, ValueError, TypeError):
+        return None
+    return Record(finding, (meta.get("labels") or {}).get(STATE_LABEL, OPEN), episode, int(event.get("count") or 1),
+                  notes.get(OPENED_BY, ""), _parse(notes.get(OPENED_AT)), _parse(notes.get(SEEN_AT)),
+                  _parse(event.get("lastTimestamp")), notes.get(RESOLVED_BY), _parse(notes.get(RESOLVED_AT)),
+                  _parse(notes.get(WRITTEN_AT)),
+                  meta.get("namespace") or "default", meta["name"], meta.get("resourceVersion") or "",
+                  event.get("involvedObject") or {})
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A transition of an episode, to be replied: `detected` (opened or reopened) or `resolved`."""
+
+    transition: str
+    record: Record
+
+    @property
+    def finding(self) -> Finding:
+        return self.record.finding
+
+    def data(self) -> dict[str, Any]:
+        return self.finding.data(DETECTED if self.transition == DETECTED else RESOLVED, **self.record.life())
+
+    def reply(self) -> Reply:
+        """Its reply. The id comes from the identity and the CloudEvent that opened the episode: a redelivery
+        answers with the same id, and every episode (even after its Event expired) has ids of its own."""
+        return Reply(reply_type(self.finding.function, self.transition), self.finding.subject, self.data(),
+                     key=f"{self.finding.ident}\x00{self.record.opened_by}")
+
+
+def event_name(recipient: Mapping[str, Any], finding: Finding) -> str:
+    name = (recipient.get("metadata") or {})["name"]
+    return f"{name}.f{hashlib.sha256(finding.ident.encode()).hexdigest()[:16]}"
+
+
+class Ledger:
+    """The findings of one function, kept as Events (see the module docstring)."""
+
+    def __init__(self, kube: Kube, function: str, renew_after: timedelta = DEFAULT_RENEW_AFTER,
+                 reason: str = "Finding"):
+        self.kube, self.function, self.renew_after, self.reason = kube, function, renew_after, reason
+
+    # -- reading ------------------------------------------------------------------------------
+    def get(self, recipient: Mapping[str, Any], finding: Finding) -> Record | None:
+        namespace = (recipient.get("metadata") or {}).get("namespace") or "default"
+        event = self.kube.get(EVENT, namespace, event_name(recipient, finding))
+        return record_of(event) if event else None
+
+    def records(self, namespace: str | None = None, *, state: str | None = OPEN,
+                field_selector: str | None = None) -> Iterator[Record]:
+        """This function's findings on record (by default the open ones), page by page."""
+        selector = f"{LABEL}={self.function}" + (f",{STATE_LABEL}={state}" if state else "")
+        for event in self.kube.list(EVENT, namespace, label_selector=selector, field_selector=field_selector):
+            found = record_of(event)
+            if found is not None and found.finding.function == self.function:
+                yield found
+
+    @staticmethod
+    def replay(record: Record, delivery: str) -> Notice | None:
+        """The notice `delivery` caused before, if it opened or ended this episode: a redelivery answers
+        as the first delivery did."""
+        if record.open and record.opened_by == delivery:
+            return Notice(DETECTED, record)
+        if not record.open and record.resolved_by == delivery:
+            return Notice(RESOLVED, record)
+        return None
+
+    # -- transitions ---------------------------------------------------------------------------
+    def sighted(self, finding: Finding, recipient: Mapping[str, Any], delivery: str, now: datetime, *,
+                message: str | None = None, count: bool = True, update: bool = False) -> Notice | None:
+        """The finding is there now. A `detected` notice when this delivery opened its episode (or reopened
+        it), or is a redelivery of the one that did; None when it was already open: seen again, its count
+        rises (`count=False`, a re-scan's sighting: only renewed when its last write is old, or when
+        `update` asks to store the finding's new details)."""
+        namespace = (recipient.get("metadata") or {}).get("namespace") or "default"
+        name = event_name(recipient, finding)
+        text = message or finding.summary
+        for attempt in range(ATTEMPTS):
+            _pause(attempt)
+            event = self.kube.get(EVENT, namespace, name)
+            current = record_of(event) if event else None
+            try:
+                if event is None or current is None:
+                    created = self._create(recipient, finding, name, namespace, delivery, now, text, event)
+                    return Notice(DETECTED, created)
+                if current.open:
+                    if current.opened_by == delivery:
+                        return Notice(DETECTED, current)  # a redelivery of the event that opened it
+                    if count or update or self._stale(current, now):
+                        self._patch(current, finding, now, text, count=count, notes={SEEN_AT: stamp(now)})
+                    return None
+                if current.resolved_by == delivery:
+                    return None  # the event that ended the episode is not a sighting of a new one
+                # a new episode counts its sightings from one again
+                reopened = self._patch(current, finding, now, text, count=True, first=True, state=OPEN, notes={
+                    EPISODE: str(current.episode + 1), OPENED_BY: delivery, OPENED_AT: stamp(now),
+                    SEEN_AT: stamp(now), RESOLVED_BY: "", RESOLVED_AT: ""})
+                return Notice(DETECTED, reopened)
+            except Conflict:
+                continue  # someone else wrote it first: read again and decide again
+        raise Conflict(f"finding Event {namespace}/{name} kept changing")
+
+    def resolve(self, record: Record, delivery: str, now: datetime, *, summary: str | None = None,
+                details: Mapping[str, Any] | None = None, message: str | None = None) -> Notice | None:
+        """The finding of `record` is over. A `resolved` notice when this delivery ended its episode (or is
+        a redelivery of the one that did); None when someone else did, or it was not open. The identity,
+        severity and advice stay as opened, so the resolved alert ends the firing one."""
+        for attempt in range(ATTEMPTS):
+            _pause(attempt)
+            if attempt:
+                event = self.kube.get(EVENT, record.namespace, record.name)
+                found = record_of(event) if event else None
+                if found is None:
+                    return None
+                record = found
+            if not record.open:
+                return Notice(RESOLVED, record) if record.resolved_by == delivery else None
+            finding = replace(record.finding, summary=summary or record.finding.summary,
+                              details={**record.finding.details, **(details or {})})
+            try:
+                done = self._patch(record, finding, now, message or finding.summary, count=False, state=RESOLVED,
+                                   kind="Normal", notes={RESOLVED_BY: delivery, RESOLVED_AT: stamp(now)})
+            except Conflict:
+                continue
+            return Notice(RESOLVED, done)
+        raise Conflict(f"finding Event {record.namespace}/{record.name} kept changing")
+
+    def renew_stale(self, records: Iterable[Record], now: datetime) -> int:
+        """Rewrite every open finding's Event whose last write is older than renew_after, so that it outlives
+        --event-ttl for as long as the finding lasts. A lost race means someone else just wrote it."""
+        renewed = 0
+        for record in records:
+            if record.open and self._stale(record, now):
+                try:
+                    self._patch(record, record.finding, now, None, count=False)
+                except Conflict:
+                    continue
+                renewed += 1
+        return renewed
+
+    # -- writing -------------------------------------------------------------------------------
+    def _stale(self, record: Record, now: datetime) -> bool:
+        return record.written_at is None or now - record.written_at >= self.renew_after
+
+    def _create(self, recipient: Mapping[str, Any], finding: Finding, name: str, namespace: str, delivery: str,
+                now: datetime, message: str, unreadable: Mapping[str, Any] | None) -> Record:
+        meta = recipient.get("metadata") or {}
+        when = stamp(now)
+        body: dict[str, Any] = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {LABEL: self.function, STATE_LABEL: OPEN},
+                         "annotations": {DATA: _dump(finding.data(OPEN)), EPISODE: "1", OPENED_BY: delivery,
+                                         OPENED_AT: when, SEEN_AT: when, WRITTEN_AT: when}},
+            "involvedObject": {"apiVersion": recipient.get("apiVersion"), "kind": recipient.get("kind"),
+                               "name": meta["name"], "namespace": meta.get("namespace"), "uid": meta.get("uid")},
+            "type": "Warning" if finding.severity != "info" else "Normal", "reason": self.reason,
+            "message": message, "source": {"component": self.function},
+            "reportingComponent": f"vmevents.io/{self.function}",
+            "firstTimestamp": when, "lastTimestamp": when, "count": 1,
+        }
+        if unreadable is not None:  # an Event of that name we cannot read as a finding: take it over
+            body["metadata"]["resourceVersion"] = (unreadable.get("metadata") or {}).get("resourceVersion")
+            written = self.kube.merge_patch(EVENT, namespace, name, body)
+        else:
+            written = self.kube.create(EVENT, namespace, body)  # AlreadyExists is a Conflict: read it back
+        found = record_of(written)
+        assert found is not None
+        return found
+
+    def _patch(self, record: Record, finding: Finding, now: datetime, message: str | None, *, count: bool,
+               first: bool = False, state: str | None = None, kind: str | None = None,
+               notes: Mapping[str, str] | None = None) -> Record:
+        stored = finding.data(state or record.state)
+        annotations = {DATA: _dump(stored), WRITTEN_AT: stamp(now), **(notes or {})}
+        patch: dict[str, Any] = {"metadata": {"resourceVersion": record.resource_version,
+                                              "annotations": {k: (v or None) for k, v in annotations.items()}}}
+        if state:
+            patch["metadata"]["labels"] = {STATE_LABEL: state}
+            patch["type"] = kind or ("Warning" if finding.severity != "info" else "Normal")
+        if count:
+            patch["count"] = 1 if first else record.count + 1
+            patch["lastTimestamp"] = stamp(now)
+        if message:
+            patch["message"] = message
+        found = record_of(self.kube.merge_patch(EVENT, record.namespace, record.name, patch))
+        assert found is not None
+        return found
+
+
+def _dump(data: Mapping[str, Any]) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _pause(attempt: int) -> None:
+    """Racers that lost spread out before they read again."""
+    if attempt:
+        time.sleep(random.uniform(0, 0.01 * attempt))
