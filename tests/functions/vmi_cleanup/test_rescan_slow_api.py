@@ -85,9 +85,10 @@ def test_one_vmi_that_fails_stops_no_other_and_is_retried_next_tick(cluster):
     outcome = rescan(context(cluster, 0))
     assert left(cluster, names) == {"due01"}
     assert "1 failed, retried next tick (default/due01:" in outcome.reason
-    assert {c["vmi"] for c in outcome.reply.data["cleaned"]} == {"default/due00", "default/due02", "default/due03"}
+    assert {c["details"]["vmi"] for c in outcome.reply.data["findings"]} == {"default/due00", "default/due02",
+                                                                             "default/due03"}
     assert fault.hits >= 1
     cluster.faults.clear()
     again = rescan(context(cluster, 1))
     assert left(cluster, names) == set() and "failed" not in again.reason
-    assert [c["vmi"] for c in again.reply.data["cleaned"]] == ["default/due01"]
+    assert [c["details"]["vmi"] for c in again.reply.data["findings"]] == ["default/due01"]
