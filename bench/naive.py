@@ -57,7 +57,8 @@ def io_pause_report(ctx: KubeContext[Any], delivery: str = "bench") -> int:
             visit(io_pause.Target(kv.meta(vmi)["namespace"], kv.meta(vmi)["name"]))
     for event in ctx.kube.list(EVENT, field_selector=f"reason={io_pause.REASON}"):
         if (event.get("source") or {}).get("component") == io_pause.FUNCTION:
-            visit(io_pause._target_of_event(event))
+            obj = event.get("involvedObject") or {}
+            visit(io_pause.Target(obj.get("namespace") or kv.meta(event).get("namespace") or "default", obj["name"]))
     return scanned
 
 

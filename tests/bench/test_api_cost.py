@@ -26,7 +26,7 @@ def test_the_ticks_find_the_candidates_the_population_holds(rows):
     decision = {(r.function, r.what): r.decision for r in rows}
     assert "visited 1 of 1 candidate(s)" in decision["vmi-cleanup", "tick"]       # vm-00007's Succeeded VMI
     assert "1 paused or in an episode" in decision["io-pause-report", "tick"]     # vm-00011, paused on IO errors
-    assert "scanned 3 migration(s)" in decision["migration-report", "tick"]       # its full LIST since the merge
+    assert "scanned 4 migration(s)" in decision["migration-report", "tick"]       # its full LIST since the merge
     assert "irrelevant" not in decision["device-conflict", "event"]
 
 
