@@ -17,40 +17,27 @@ import yaml
 
 from simcluster import paths
 from simcluster.schemas import _crd_documents, kubevirt_schema_dir
+from simcluster.tables import PRINTER_COLUMNS
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
-PHASE = {"name": "Phase", "type": "string", "jsonPath": ".status.phase"}
 STATUS = {"status": {}}
 
-# (plural, kind, singular, short names, scope, group, printer columns, subresources) per crds.go.
+# (plural, kind, singular, short names, scope, group, printer columns, subresources) per crds.go; the printer
+# columns live in simcluster/tables.py, whose Table answers use them too.
 KUBEVIRT_CRDS: tuple[dict[str, Any], ...] = (
     {"plural": "virtualmachineinstances", "kind": "VirtualMachineInstance", "short": ["vmi", "vmis"],
-     "columns": [AGE, PHASE,
-                 {"name": "IP", "type": "string", "jsonPath": ".status.interfaces[0].ipAddress"},
-                 {"name": "NodeName", "type": "string", "jsonPath": ".status.nodeName"},
-                 {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type=='Ready')].status"},
-                 {"name": "Live-Migratable", "type": "string", "priority": 1,
-                  "jsonPath": ".status.conditions[?(@.type=='LiveMigratable')].status"},
-                 {"name": "Paused", "type": "string", "priority": 1,
-                  "jsonPath": ".status.conditions[?(@.type=='Paused')].status"}],
+     "columns": PRINTER_COLUMNS["virtualmachineinstances"],
      "subresources": None},  # no status subresource: virt-handler writes VMI status with the object
     {"plural": "virtualmachines", "kind": "VirtualMachine", "short": ["vm", "vms"],
-     "columns": [AGE, {"name": "Status", "description": "Human Readable Status", "type": "string",
-                       "jsonPath": ".status.printableStatus"},
-                 {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type=='Ready')].status"}],
-     "subresources": STATUS},
+     "columns": PRINTER_COLUMNS["virtualmachines"], "subresources": STATUS},
     {"plural": "virtualmachineinstancemigrations", "kind": "VirtualMachineInstanceMigration",
-     "short": ["vmim", "vmims"],
-     "columns": [{**PHASE, "description": "The current phase of VM instance migration"},
-                 {"name": "VMI", "type": "string", "jsonPath": ".spec.vmiName",
-                  "description": "The name of the VMI to perform the migration on"}],
+     "short": ["vmim", "vmims"], "columns": PRINTER_COLUMNS["virtualmachineinstancemigrations"],
      "subresources": STATUS},
-    {"plural": "kubevirts", "kind": "KubeVirt", "short": ["kv", "kvs"], "columns": [AGE, PHASE],
+    {"plural": "kubevirts", "kind": "KubeVirt", "short": ["kv", "kvs"], "columns": PRINTER_COLUMNS["kubevirts"],
      "subresources": STATUS, "labels": {"operator.kubevirt.io": ""}},
     {"plural": "migrationpolicies", "kind": "MigrationPolicy", "singular": "migrationpolicy",
      "group": "migrations.kubevirt.io", "version": "v1alpha1", "scope": "Cluster", "short": [],
-     "categories": [], "columns": [], "subresources": STATUS},
+     "categories": [], "columns": PRINTER_COLUMNS["migrationpolicies"], "subresources": STATUS},
 )
 
 
@@ -71,7 +58,7 @@ def kubevirt_crds(kubevirt_version: str) -> list[dict]:
                                   "schema": {"openAPIV3Schema": copy.deepcopy(
                                       _schema(schemas / f"{singular}.openAPIV3Schema.yaml"))}}
         if spec["columns"]:
-            served["additionalPrinterColumns"] = spec["columns"]
+            served["additionalPrinterColumns"] = copy.deepcopy(spec["columns"])
         if spec["subresources"]:
             served["subresources"] = spec["subresources"]
         crds.append({

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -135,6 +136,11 @@ def _json_object(data: bytes) -> dict[str, Any]:
     return decoded
 
 
+# The media types of the cheap LIST forms (k8s.io/apiserver endpoints/handlers/response.go negotiates them
+# from Accept). Full objects are a fine answer to a metadata LIST, hence its JSON fallback.
+_AS_METADATA = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json"
+_AS_TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"  # no fallback: full objects would read as no rows
+
 # A JSON patch (RFC 6902): its operations, in order.
 JsonPatch = list[dict[str, Any]]
 
@@ -147,12 +153,15 @@ class Kube:
         self.page_size = page_size
         self._calls = itertools.count()
         self.calls = 0
+        self.bytes_received = 0  # response bodies, as received (the benchmark reports them)
+        self._count = threading.Lock()  # re-scans read in parallel (shared/rescan.py)
 
     # -- transport ---------------------------------------------------------------------------
     def request(self, method: str, path: str, *, query: dict | None = None, body: Any = None,
-                content_type: str = "application/json") -> dict:
-        self.calls = next(self._calls) + 1
-        headers = {"Accept": "application/json"}
+                content_type: str = "application/json", accept: str = "application/json") -> dict:
+        with self._count:
+            self.calls = next(self._calls) + 1
+        headers = {"Accept": accept}
         if body is not None:
             headers["Content-Type"] = content_type
         params = self.api.param_serialize(method=method, resource_path=path,
@@ -162,6 +171,8 @@ class Kube:
         try:
             response = self.api.call_api(*params, _request_timeout=REQUEST_TIMEOUT)
             data: bytes = response.read()
+            with self._count:
+                self.bytes_received += len(data)
         except ApiException as exc:  # raised by the client for transport-level trouble
             raise Unavailable(f"{what}: {exc.reason or exc}") from None
         except (TransportError, OSError) as exc:
@@ -181,14 +192,57 @@ class Kube:
             return None
 
     def list(self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
-             field_selector: str | None = None) -> Iterator[dict]:
-        """Every object, fetched page by page (limit/continue) so memory stays flat at any scale."""
+             field_selector: str | None = None, cached: bool = False) -> Iterator[dict]:
+        """Every object, fetched page by page (limit/continue) so memory stays flat at any scale.
+        `cached`: served from the API server's watch cache (see `_pages`)."""
+        for page in self._pages(kind, namespace, label_selector, field_selector, cached, "application/json", {}):
+            yield from page.get("items") or ()
+
+    def list_metadata(self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
+                      cached: bool = False) -> Iterator[dict]:
+        """Every object's metadata only: PartialObjectMetadata dicts (`{"metadata": {...}}`), paged like `list`.
+        The server reads the same objects but encodes a fraction of each (no spec, no status)."""
+        for page in self._pages(kind, namespace, label_selector, None, cached, _AS_METADATA, {}):
+            yield from page.get("items") or ()
+
+    def list_rows(self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
+                  cached: bool = False, metadata: bool = True) -> Iterator[dict]:
+        """One dict per row of the Table form of a LIST: `{"metadata": <the row object's metadata>, "cells":
+        {<column name lower-case>: value}}`. The columns are the kind's printer columns (a CRD's
+        additionalPrinterColumns, e.g. a VMI's Phase and Paused); includeObject=Metadata puts each row's
+        PartialObjectMetadata beside its cells. `metadata=False` (includeObject=None) leaves it out, and with
+        it the managedFields that make up most of it: a row is then its cells only, a few dozen bytes, and
+        its metadata is just the name (the Name cell) and the namespace asked for, so a namespaced kind must
+        then be listed one namespace at a time."""
+        if not metadata and kind.namespaced and not namespace:
+            raise ValueError(f"rows of {kind.plural} without metadata need a namespace: a row would not say its own")
+        include = "Metadata" if metadata else "None"
+        for page in self._pages(kind, namespace, label_selector, None, cached, _AS_TABLE, {"includeObject": include}):
+            names = [str(c.get("name", "")).lower() for c in page.get("columnDefinitions") or ()]
+            for row in page.get("rows") or ():
+                cells = dict(zip(names, row.get("cells") or (), strict=False))
+                if metadata:
+                    meta = (row.get("object") or {}).get("metadata") or {}
+                else:
+                    meta = {"name": cells.get("name"), **({"namespace": namespace} if kind.namespaced else {})}
+                yield {"metadata": meta, "cells": cells}
+
+    def _pages(self, kind: Kind, namespace: str | None, label_selector: str | None, field_selector: str | None,
+               cached: bool, accept: str, extra: dict) -> Iterator[dict]:
+        """The pages of one LIST. `cached` asks for resourceVersion=0: "any version", which kube-apiserver
+        answers from its watch cache instead of reading etcd (k8s.io/apiserver cacher.go, and "Semantics for
+        get and list" in the API concepts). Up to 1.33 the cache does not paginate: with resourceVersion=0 the
+        server ignores `limit` and answers every object in one response without a continue token (paginated
+        lists from the cache need the alpha ListFromCacheSnapshot gate). A continue token, should one come,
+        is followed without resourceVersion: it carries its own (the server ignores "0" beside it and refuses
+        any other, "specifying resource version is not allowed when using continue"). Slightly stale: use it
+        only where the act re-reads with a precondition."""
         token = None
         while True:
-            page = self.request("GET", kind.path(namespace),
-                                query={"labelSelector": label_selector, "fieldSelector": field_selector,
-                                       "limit": self.page_size, "continue": token})
-            yield from page.get("items") or ()
+            query = {"labelSelector": label_selector, "fieldSelector": field_selector, "limit": self.page_size,
+                     "continue": token, "resourceVersion": "0" if cached and token is None else None, **extra}
+            page = self.request("GET", kind.path(namespace), query=query, accept=accept)
+            yield page
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 return

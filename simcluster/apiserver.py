@@ -26,7 +26,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from simcluster import patches, paths, selectors
+from simcluster import patches, paths, selectors, tables
 from simcluster.faults import Fault, Faults
 from simcluster.rbac import ADMIN, Authorizer, Request
 from simcluster.schemas import SchemaRegistry
@@ -396,17 +396,36 @@ class _Handler(BaseHTTPRequestHandler):
         return self.server.cluster.store
 
     def _get(self, route: Route, query: dict, body: Any) -> int:
-        return self._send_json(200, self._store.get(route.rt, route.namespace, route.name))
+        form = tables.wanted_form(self.headers.get("Accept"))
+        obj = self._store.get(route.rt, route.namespace, route.name)
+        if form == "PartialObjectMetadata":
+            return self._send_json(200, tables.partial(obj))
+        if form is not None:
+            raise ApiError(406, "NotAcceptable", f"the vmevents simulator answers a GET of one object as "
+                                                 f"PartialObjectMetadata or in full, not as {form}")
+        return self._send_json(200, obj)
 
     def _list(self, route: Route, query: dict, body: Any) -> int:
-        limit = _param(query, "limit")
+        form = tables.wanted_form(self.headers.get("Accept"))
+        limit, token, rv = _param(query, "limit"), _param(query, "continue"), _param(query, "resourceVersion")
+        if token and rv not in (None, "", "0"):
+            # k8s.io/apiserver storage/etcd3 store.go GetList: a continue token carries its own version; "0"
+            # is let through (and ignored: the continued list reads etcd at the token's version).
+            raise bad_request("specifying resource version is not allowed when using continue")
+        if rv == "0" and not token:
+            # "Any version": the watch cache answers, and up to 1.33 it does not paginate (limit ignored).
+            limit = None
         page = self._store.list(route.rt, route.namespace or None, _param(query, "labelSelector"),
-                                _param(query, "fieldSelector"), int(limit) if limit else None,
-                                _param(query, "continue"))
+                                _param(query, "fieldSelector"), int(limit) if limit else None, token)
         metadata = {"resourceVersion": page.resource_version}
         if page.continue_token:
             metadata.update({"continue": page.continue_token, "remainingItemCount": page.remaining})
         items = page.items
+        if form == "Table":
+            return self._send_json(200, tables.table(route.rt, items, metadata,
+                                                     _param(query, "includeObject") or "Metadata"))
+        if form is not None:
+            return self._send_json(200, tables.metadata_list(items, metadata))
         if not route.rt.group:
             # Built-in lists carry apiVersion/kind only on the list, not on each item.
             items = [{k: v for k, v in item.items() if k not in ("apiVersion", "kind")} for item in items]

@@ -31,10 +31,10 @@ from functions.io_pause_report.decide import (
 from functions.io_pause_report.settings import Settings
 from functions.io_pause_report.wording import advice, event_message, finding, named, reply_data
 from shared import kubevirt as kv
-from shared.errors import TemporaryError, longest_retry_after
+from shared import rescan as rescans
 from shared.findings import Ledger, Record, record_of, summary
 from shared.intake import Incoming, about, may_concern
-from shared.kube import EVENT, LONGHORN_ENGINE, LONGHORN_VOLUME, PV, PVC, VMI, KubeError
+from shared.kube import EVENT, LONGHORN_ENGINE, LONGHORN_VOLUME, NAMESPACE, PV, PVC, VMI, KubeError
 from shared.runtime import KubeContext, Outcome
 
 FUNCTION = "io-pause-report"
@@ -60,47 +60,42 @@ def on_event(event: Incoming, ctx: KubeContext[Settings]) -> Outcome:
 
 def rescan(ctx: KubeContext[Settings], delivery: str) -> Outcome:
     """VMIs still paused on an IO error (stuck? a missed event?), then every open episode (ended?); what
-    stays open is renewed so that its Event outlives the TTL."""
-    replies = []
-    failures: list[TemporaryError] = []
-    seen, scanned = set[tuple[str, str]](), 0
-
-    def visit(found: Target, listed: dict | None = None) -> None:
-        if (found.namespace, found.name) in seen:
-            return
-        seen.add((found.namespace, found.name))
-        try:
-            outcome = converge(found, ctx, listed, delivery)
-        except TemporaryError as exc:
-            failures.append(exc)
-            return
-        if outcome.reply is not None:
-            replies.append(outcome.reply)
-
-    for vmi in ctx.kube.list(VMI):
-        scanned += 1
-        if io_paused(vmi) is not None:
-            visit(Target(kv.meta(vmi)["namespace"], kv.meta(vmi)["name"]), vmi)
+    stays open is renewed so that its Event outlives the TTL. Cheap first (docs/api-cost.md): each VMI's Paused
+    cell (Table rows, cells only, from the watch cache) and KubeVirt's IOerror Events; only candidates are read
+    in full and converged, within the budget (shared/rescan.py)."""
+    began, scanned, candidates = rescans.begin(), 0, dict[tuple[str, str], Target]()
+    # A pause is an IO-error pause only with KubeVirt's IOerror Event on the VMI (docs/facts.md §5): a VMI
+    # paused by a user or the migration monitor is not even read.
+    io_errors = {Target(str(i.get("namespace") or kv.meta(e).get("namespace") or "default"), str(i.get("name")))
+                 for e in ctx.kube.list(EVENT, field_selector=f"reason={KUBEVIRT_REASON}", cached=True)
+                 if isinstance(i := e.get("involvedObject"), dict) and i.get("kind") == "VirtualMachineInstance"}
+    namespaces = sorted(ns["metadata"]["name"] for ns in ctx.kube.list_metadata(NAMESPACE, cached=True))
+    for namespace, rows in zip(namespaces, rescans.gather(namespaces, lambda namespace: list(
+            ctx.kube.list_rows(VMI, namespace, cached=True, metadata=False)), ctx.settings.rescan), strict=True):
+        scanned += len(rows)
+        for found in (Target(namespace, r["metadata"]["name"]) for r in rows if r["cells"].get("paused") == "True"):
+            if found in io_errors:
+                candidates.setdefault((found.namespace, found.name), found)
     ledger = _ledger(ctx)
     on_record = list(ledger.records(state=None))  # resolved ones too: a redelivered tick answers as it did
     for record in on_record:
         if record.open or Ledger.replay(record, delivery):
-            visit(_target_of_record(record))
+            found = _target_of_record(record)
+            candidates.setdefault((found.namespace, found.name), found)
+    scan = rescans.run([candidates[k] for k in sorted(candidates)], lambda found: converge(found, ctx, delivery).reply,
+                       ctx.settings.rescan, started=began, rotation=rescans.tick_number(ctx.clock()))
+    replies = sorted(scan.results, key=lambda r: (r.subject or "", r.type))
     renewed = ledger.renew_stale(on_record, ctx.clock())
-    if failures:
-        raise TemporaryError(f"re-scan could not finish {len(failures)} VMI(s): {failures[0].message}",
-                             retry_after=longest_retry_after(failures))
-    reason = (f"scanned {scanned} VMI(s) and {len(seen)} paused or in an episode; {len(replies)} finding(s), "
-              f"{renewed} renewed")
+    reason = (f"scanned {scanned} VMI(s) and {len(candidates)} paused or in an episode; {len(replies)} finding(s), "
+              f"{renewed} renewed; {scan.progress()}")
     reply = summary(FUNCTION, "scanned", f"/vmevents/{FUNCTION}/rescan", replies, reason, {"vmis": scanned})
     return Outcome("rescan", effect=f"reported-{len(replies)}" if reply else "none", reason=reason, reply=reply)
 
 
-def converge(found: Target, ctx: KubeContext[Settings], listed: dict | None = None, delivery: str = "") -> Outcome:
+def converge(found: Target, ctx: KubeContext[Settings], delivery: str = "") -> Outcome:
     """Read fresh, decide, record. Nothing but Events is ever written, so there is nothing to retry.
-    `listed` is the VMI as the re-scan's list just returned it (not read again); None: read it.
     `delivery`: the id of the event being handled (a redelivery of it answers as it did)."""
-    vmi = listed if listed is not None else ctx.kube.get(VMI, found.namespace, found.name)
+    vmi = ctx.kube.get(VMI, found.namespace, found.name)
     events = list(ctx.kube.list(EVENT, found.namespace, field_selector=f"involvedObject.name={found.name}"))
     subject = VMI.path(found.namespace, found.name)
     involved = involved_object(vmi, events, found)

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
+from shared import rescan as rescan_settings
 from shared.settings import Env, SettingsError
 
 
@@ -17,6 +18,7 @@ class Settings:
     # FINDING_RENEW_AFTER: the re-scan rewrites an open episode's Event once its last write is this old, so it
     # outlives kube-apiserver's --event-ttl (1 h by default) for as long as the episode lasts (shared/findings.py)
     finding_renew_after: timedelta = timedelta(minutes=15)
+    rescan: rescan_settings.Settings = rescan_settings.Settings()  # RESCAN_BUDGET, RESCAN_WORKERS
 
 
 def load(environ: Mapping[str, str]) -> Settings:
@@ -29,4 +31,5 @@ def load(environ: Mapping[str, str]) -> Settings:
     return Settings(stuck_after=env.duration("IO_PAUSE_STUCK_AFTER", "10m"),
                     resolved_after=env.duration("IO_PAUSE_RESOLVED_AFTER", "10m"),
                     longhorn_namespace=namespace,
-                    finding_renew_after=env.duration("FINDING_RENEW_AFTER", "15m"))
+                    finding_renew_after=env.duration("FINDING_RENEW_AFTER", "15m"),
+                    rescan=rescan_settings.load(environ))

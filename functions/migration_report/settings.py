@@ -5,6 +5,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
+from shared import rescan as rescan_settings
 from shared.settings import Env, SettingsError, in_scope
 
 
@@ -20,6 +21,7 @@ class Settings:
     # FINDING_RENEW_AFTER: the re-scan rewrites an open finding's Event once its last write is this old, so it
     # outlives kube-apiserver's --event-ttl (1 h by default) while it stands (shared/findings.py)
     finding_renew_after: timedelta = timedelta(minutes=15)
+    rescan: rescan_settings.Settings = rescan_settings.Settings()  # RESCAN_BUDGET, RESCAN_WORKERS
 
     def in_scope(self, namespace: str) -> bool:
         return in_scope(namespace, self.namespaces, self.exclude_namespaces)
@@ -37,4 +39,5 @@ def load(environ: Mapping[str, str]) -> Settings:
                     namespaces=env.names("MIGRATION_NAMESPACES"),
                     exclude_namespaces=env.names("MIGRATION_EXCLUDE_NAMESPACES"),
                     resolved_after=env.duration("MIGRATION_RESOLVED_AFTER", "6h"),
-                    finding_renew_after=env.duration("FINDING_RENEW_AFTER", "15m"))
+                    finding_renew_after=env.duration("FINDING_RENEW_AFTER", "15m"),
+                    rescan=rescan_settings.load(environ))

@@ -15,10 +15,11 @@ from functions.vmi_cleanup.decide import ACTING, Action, Facts, Verdict, decide
 from functions.vmi_cleanup.settings import FUNCTION, Settings
 from shared import kubevirt as kv
 from shared import objects as o
-from shared.errors import TemporaryError, longest_retry_after
+from shared import rescan as rescans
+from shared.errors import TemporaryError
 from shared.findings import report, summary
 from shared.intake import Incoming, about, check_name, check_uid, may_concern
-from shared.kube import KUBEVIRT, VM, VMI, VMIM, Conflict, JsonPatch
+from shared.kube import KUBEVIRT, NAMESPACE, VM, VMI, VMIM, Conflict, JsonPatch
 from shared.replies import Reply
 from shared.runtime import KubeContext, Outcome
 
@@ -41,31 +42,33 @@ def on_event(event: Incoming, ctx: KubeContext[Settings]) -> Outcome:
 
 
 def rescan(ctx: KubeContext[Settings]) -> Outcome:
-    """Look at every VMI, page by page: catches missed events and makes 'after a delay' work."""
-    cleaned: list[Reply] = []
-    failures: list[TemporaryError] = []
-    scanned = 0
-    namespaces: list[str | None] = [*sorted(ctx.settings.namespaces)] or [None]  # None: every namespace
-    for namespace in namespaces:
-        for vmi in ctx.kube.list(VMI, namespace):
-            scanned += 1
-            if kv.phase(vmi) not in ctx.settings.phases or not ctx.settings.in_scope(kv.meta(vmi).get("namespace", "")):
-                continue
-            try:
-                outcome = converge(vmi, ctx)
-            except TemporaryError as exc:
-                failures.append(exc)
-                continue
-            if outcome.reply is not None:
-                cleaned.append(outcome.reply)
-    if failures:
-        raise TemporaryError(f"re-scan could not finish {len(failures)} VMI(s): {failures[0].message}",
-                             retry_after=longest_retry_after(failures))
-    reason = wording.scanned_reason(scanned, len(cleaned))
+    """Every VMI's phase from the Table form of the list (cells only, from the watch cache, one namespace
+    at a time), then each VMI in a final phase read in full and converged: catches missed events and makes
+    'after a delay' work. Why the cheap read is safe: docs/api-cost.md; budget and isolation: shared/rescan.py."""
+    began = rescans.begin()
+    listed = rescans.gather(_namespaces(ctx), lambda namespace: [
+        (namespace, row) for row in ctx.kube.list_rows(VMI, namespace, cached=True, metadata=False)],
+        ctx.settings.rescan)
+    rows = [pair for pairs in listed for pair in pairs]
+    scanned = len(rows)
+    candidates = [Target(namespace, row["metadata"]["name"]) for namespace, row in rows
+                  if row["cells"].get("phase") in ctx.settings.phases]
+    scan = rescans.run(candidates, lambda found: _visit(found, ctx), ctx.settings.rescan, started=began,
+                       rotation=rescans.tick_number(ctx.clock()))
+    cleaned = sorted(scan.results, key=lambda r: r.subject or "")
+    reason = f"{wording.scanned_reason(scanned, len(cleaned))}; {scan.progress()}"
     if not cleaned:
         return Outcome("rescan", reason=reason)
     reply = summary(FUNCTION, "scanned", "/vmevents/vmi-cleanup/rescan", cleaned, reason, {"vmis": scanned})
     return Outcome("rescan", effect=f"acted-on-{len(cleaned)}", reason=reason, reply=reply)
+
+
+def _visit(found: Target, ctx: KubeContext[Settings]) -> Reply | None:
+    """One candidate of the re-scan: the VMI read in full (the listed row may be stale), then converge."""
+    vmi = ctx.kube.get(VMI, found.namespace, found.name or "")
+    if vmi is None or kv.phase(vmi) not in ctx.settings.phases:
+        return None
+    return converge(vmi, ctx).reply
 
 
 def converge(vmi: dict[str, Any], ctx: KubeContext[Settings]) -> Outcome:
@@ -127,6 +130,13 @@ def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) 
 
 
 # -- fetch ----------------------------------------------------------------------------------------
+def _namespaces(ctx: KubeContext[Settings]) -> list[str]:
+    """The namespaces in scope: the listed ones, else every namespace there is (names only, from the cache)."""
+    names = sorted(ctx.settings.namespaces) or \
+        sorted(ns["metadata"]["name"] for ns in ctx.kube.list_metadata(NAMESPACE, cached=True))
+    return [name for name in names if ctx.settings.in_scope(name)]
+
+
 def _read_vmi(ctx: KubeContext[Settings], found: Target) -> dict[str, Any] | None:
     if found.name:
         return ctx.kube.get(VMI, found.namespace, found.name)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from shared import kubevirt as kv
+from shared import rescan as rescan_settings
 from shared.settings import Env, in_scope
 
 FUNCTION = "vmi-cleanup"
@@ -22,6 +23,7 @@ class Settings:
     dry_run: bool = False
     namespaces: frozenset[str] = frozenset()
     exclude_namespaces: frozenset[str] = frozenset()
+    rescan: rescan_settings.Settings = rescan_settings.Settings()  # RESCAN_BUDGET, RESCAN_WORKERS
 
     def in_scope(self, namespace: str) -> bool:
         return in_scope(namespace, self.namespaces, self.exclude_namespaces)
@@ -43,4 +45,5 @@ def load(environ: Mapping[str, str]) -> Settings:
                     cleanup_failed=env.boolean("CLEANUP_FAILED", False),
                     dry_run=env.boolean("CLEANUP_DRY_RUN", False),
                     namespaces=env.names("CLEANUP_NAMESPACES"),
-                    exclude_namespaces=env.names("CLEANUP_EXCLUDE_NAMESPACES"))
+                    exclude_namespaces=env.names("CLEANUP_EXCLUDE_NAMESPACES"),
+                    rescan=rescan_settings.load(environ))

@@ -119,4 +119,21 @@ def test_rescan_pages_through_every_vmi_and_acts_on_the_due_ones(cluster):
     assert {f"default/scan{i}" for i in range(7)} <= cleaned
     lists = [r for r in cluster.requests if r.service_account == "vmevents/vmi-cleanup" and r.verb == "list"
              and r.resource == "virtualmachineinstances"]
-    assert len(lists) >= 3, "the re-scan pages through VMIs 3 at a time"
+    namespaces = {n["metadata"]["name"] for n in cluster.list("v1", "Namespace")}
+    # Since issue 15 the VMIs' phases come from the watch cache (resourceVersion=0), which does not paginate:
+    # one Table LIST per namespace, whatever the page size (docs/api-cost.md).
+    assert sorted(r.namespace for r in lists) == sorted(namespaces), "one LIST of VMI rows per namespace"
+
+
+def test_rescan_reads_in_full_only_the_vmis_in_a_final_phase(cluster):
+    """The re-scan finds its candidates in the Table cells; a Running VMI is never fetched (issue 15)."""
+    for i in range(3):
+        create_pair(cluster, f"cand{i}")
+    for i in range(5):
+        cluster.create({**make_vmi(f"busy{i}", phase="Running", finished=None),
+                        "metadata": {"name": f"busy{i}", "namespace": "default"}})
+    cluster.requests.clear()
+    rescan(context(cluster))
+    gets = {r.name for r in cluster.requests if r.service_account == "vmevents/vmi-cleanup" and r.verb == "get"
+            and r.resource == "virtualmachineinstances"}
+    assert {f"cand{i}" for i in range(3)} <= gets and not {n for n in gets if n.startswith("busy")}

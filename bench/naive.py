@@ -1,0 +1,93 @@
+"""The API-cost benchmark's baseline: the re-scans as they read the cluster before the cheap forms.
+
+Each is a faithful copy of the read path the function had (git history: functions/<name>/handler.py
+before "Cheap re-scans"): full objects, every VMI / VMIM / VM of the cluster in pages of 250, straight
+from etcd, then each candidate converged by the function's own `converge` (so the candidates cost the same
+on both sides; only the finding of them differs). They act as the functions do (vmi-cleanup runs in dry
+run in the benchmark), and their outcome is not compared: what is measured is what they ask the server.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from functions.io_pause_report import handler as io_pause
+from functions.io_pause_report.decide import io_paused
+from functions.migration_report import handler as migration
+from functions.migration_report.decide import precheck
+from functions.vmi_cleanup import handler as cleanup
+from shared import kubevirt as kv
+from shared.errors import TemporaryError
+from shared.kube import EVENT, VM, VMI, VMIM
+from shared.runtime import KubeContext
+
+
+def vmi_cleanup(ctx: KubeContext[Any]) -> int:
+    """Every VMI, page by page; each in a final phase and in scope converged."""
+    scanned = 0
+    namespaces: list[str | None] = [*sorted(ctx.settings.namespaces)] or [None]
+    for namespace in namespaces:
+        for vmi in ctx.kube.list(VMI, namespace):
+            scanned += 1
+            if kv.phase(vmi) not in ctx.settings.phases or not ctx.settings.in_scope(kv.meta(vmi).get("namespace", "")):
+                continue
+            try:
+                cleanup.converge(vmi, ctx)
+            except TemporaryError:
+                continue
+    return scanned
+
+
+def io_pause_report(ctx: KubeContext[Any], delivery: str = "bench") -> int:
+    """Every VMI (each paused on an IO error converged), then every IOErrorPause Event of ours."""
+    seen: set[tuple[str, str]] = set()
+    scanned = 0
+
+    def visit(found: io_pause.Target) -> None:
+        if (found.namespace, found.name) in seen:
+            return
+        seen.add((found.namespace, found.name))
+        try:
+            io_pause.converge(found, ctx, delivery=delivery)  # (it was given the listed VMI; now it reads it)
+        except TemporaryError:
+            return
+
+    for vmi in ctx.kube.list(VMI):
+        scanned += 1
+        if io_paused(vmi) is not None:
+            visit(io_pause.Target(kv.meta(vmi)["namespace"], kv.meta(vmi)["name"]))
+    for event in ctx.kube.list(EVENT, field_selector=f"reason={io_pause.REASON}"):
+        if (event.get("source") or {}).get("component") == io_pause.FUNCTION:
+            obj = event.get("involvedObject") or {}
+            visit(io_pause.Target(obj.get("namespace") or kv.meta(event).get("namespace") or "default", obj["name"]))
+    return scanned
+
+
+def migration_report(ctx: KubeContext[Any]) -> int:
+    """Every VMIM, page by page; each final one that ended within the window converged."""
+    scanned = 0
+    now = ctx.clock()
+    namespaces: list[str | None] = [*sorted(ctx.settings.namespaces)] or [None]
+    for namespace in namespaces:
+        for vmim in ctx.kube.list(VMIM, namespace):
+            scanned += 1
+            if precheck(vmim, ctx.settings, now):
+                continue
+            try:
+                migration.converge(vmim, ctx)
+            except TemporaryError:
+                continue
+    return scanned
+
+
+def device_conflict(ctx: KubeContext[Any]) -> int:
+    """device-conflict's reads before issue 13/15: every VM, every VMI, and its HostDeviceConflict Events
+    (the index and the decision that followed cost the server nothing)."""
+    vms = sum(1 for _ in ctx.kube.list(VM))
+    vmis = sum(1 for _ in ctx.kube.list(VMI))
+    sum(1 for _ in ctx.kube.list(EVENT, field_selector="reason=HostDeviceConflict"))
+    return vms + vmis
+
+
+def device_conflict_event(ctx: KubeContext[Any]) -> int:
+    """device-conflict's reads for one relevant event before issue 13/15: every VM and every VMI."""
+    return sum(1 for _ in ctx.kube.list(VM)) + sum(1 for _ in ctx.kube.list(VMI))
