@@ -46,21 +46,53 @@ def on_event(event: Incoming, ctx: KubeContext[Settings]) -> Outcome:
     found = target(event, ctx.settings, ctx.clock())
     if found is None:
         return Outcome("irrelevant", subject=event.subject)
+    if found.edited and not reads.names(ctx.kube, ctx.settings.assignments, found.id):
+        return Outcome("irrelevant", subject=event.subject, reason=f"the parameter object does not name {found.id}")
     return check(found, event.subject, ctx, event.id)
 
 
 def rescan(ctx: KubeContext[Settings], delivery: str = "") -> Outcome:
-    """Every VM and VMI, page by page: catches missed events, keeps what is open from expiring, repairs the
-    parameter object (read before the LISTs, so that what events wrote meanwhile is kept) and is where a
-    conflict ends. `delivery`: the tick's id (a redelivered tick answers as it did)."""
-    where = ctx.settings.assignments
-    base = reads.read(ctx.kube, where)
-    index = reads.scan(ctx.kube)
-    workloads = index.workloads()
-    reads.keep_all(ctx.kube, where, base, workloads)
-    current = find_conflicts(workloads)
+    """A PingSource tick. Usually light: the VMs the parameter object's contested entries and the open findings
+    name, one GET each (reads.light), enough to open a conflict the events missed among VMs the object knows
+    share a device, to end one, and to renew one. Every DEVICE_REPAIR_EVERY, or when the object is missing, a
+    full repair: every VM and VMI, and the whole object rewritten. `delivery`: the tick's id (a redelivered tick
+    answers as it did)."""
+    base = reads.read(ctx.kube, ctx.settings.assignments)
+    repaired = base.repaired_at() if base is not None else None
+    if repaired is None or ctx.clock() - repaired >= ctx.settings.repair_every:
+        return repair(ctx, delivery, base)
     ledger = _ledger(ctx)
     on_record = list(ledger.records(state=None))  # the resolved ones too: a redelivered tick answers as it did
+    named = {vm for r in on_record if r.open for vm in _people(r.finding.details)}
+    devices = {str(r.finding.details.get("device")) for r in on_record if r.open}
+    seen = reads.light(ctx.kube, ctx.settings.assignments, named, devices)
+    if seen is None:  # the object went away since it was read
+        return repair(ctx, delivery, None)
+    # Only the devices whose every claimant was read: a conflict about another device is the repair's.
+    current = tuple(c for c in find_conflicts(seen.workloads) if c.device in seen.devices)
+    in_scope = [r for r in on_record if str(r.finding.details.get("device")) in seen.devices]
+    return _report(ctx, ledger, delivery, in_scope, current, seen.workloads, "light tick: read",
+                   {"vms": len(seen.workloads), "light": True})
+
+
+def repair(ctx: KubeContext[Settings], delivery: str, base: reads.Stored | None) -> Outcome:
+    """Every VM and VMI, page by page: catches missed events, and repairs the parameter object (`base` was
+    read before the LISTs, so that what events wrote meanwhile is kept). It always writes the object once, to
+    stamp reads.REPAIRED_AT, which is what makes the next ticks light."""
+    index = reads.scan(ctx.kube)
+    workloads = index.workloads()
+    reads.keep_all(ctx.kube, ctx.settings.assignments, base, workloads, stamp=ctx.clock().isoformat())
+    ledger = _ledger(ctx)
+    on_record = list(ledger.records(state=None))
+    return _report(ctx, ledger, delivery, on_record, find_conflicts(workloads), workloads,
+                   f"scanned {index.vms_seen} VM(s) and", {"vms": index.vms_seen, "vmis": index.vmis_seen},
+                   vmis=index.vmis_seen)
+
+
+def _report(ctx: KubeContext[Settings], ledger: Ledger, delivery: str, on_record: list[Record],
+            current: tuple[DeviceConflict, ...], workloads: list[Workload], said: str, data: dict,
+            vmis: int | None = None) -> Outcome:
+    """A tick's findings: open what is seen, resolve what is no longer seen, replay a redelivered tick."""
     still_open = [r for r in on_record if r.open]
     replayed = [n for r in on_record if not r.open and (n := ledger.replay(r, delivery))]
     # A conflict seen now is a sighting that raises no count: it opens a finding the events missed (or one
@@ -73,11 +105,17 @@ def rescan(ctx: KubeContext[Settings], delivery: str = "") -> Outcome:
         if record.finding.key not in keys and (n := _resolve(record, current, by_id, ledger, ctx, delivery)):
             notices.append(n)
     notices += replayed
-    reason = (f"scanned {index.vms_seen} VM(s) and {index.vmis_seen} VMI(s): {len(current)} conflict(s), "
-              f"{detected} new, {len(notices) - detected} resolved")
+    looked = f"{vmis} VMI(s)" if vmis is not None else f"{len(workloads)} VM(s)"
+    reason = (f"{said} {looked}: {len(current)} conflict(s), {detected} new, {len(notices) - detected} resolved")
     reply = summary(FUNCTION, "scanned", f"/vmevents/{FUNCTION}/rescan", [n.reply() for n in notices], reason,
-                    {"vms": index.vms_seen, "vmis": index.vmis_seen})
+                    data)
     return Outcome("rescan", effect="reported" if reply else "none", reason=reason, reply=reply)
+
+
+def _people(details: Mapping) -> set[str]:
+    """The VMs a finding names: the ones it keeps from starting, and the holder."""
+    holder = details.get("holder")
+    return {str(vm) for vm in details.get("blocked") or ()} | ({str(holder)} if holder else set())
 
 
 def check(found: Target, subject: str | None, ctx: KubeContext[Settings], delivery: str = "") -> Outcome:
@@ -105,10 +143,13 @@ _KINDS = ("VirtualMachine", "VirtualMachineInstance")
 
 
 def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) -> bool:
-    """The cheap pre-check on raw bytes: a Resource-mode VM or VMI event whose JSON has no
-    hostDevices, gpus or allocation annotation anywhere names no device, so it cannot concern a
-    conflict and is not decoded. It can only err towards decoding."""
-    return may_concern(headers, body, _KINDS, _DEVICE_TOKENS)
+    """The cheap pre-check on raw bytes: a Resource-mode VMI event whose JSON has no hostDevices, gpus or
+    allocation annotation anywhere names no device, so it cannot concern a conflict and is not decoded. It
+    can only err towards decoding. A VM event is always decoded: one that names no device may be the spec
+    edit that dropped a device, which frees its entry at once (target). That costs little: a VM changes
+    when someone edits it or KubeVirt writes its status, while its VMI's status (guest agent, interfaces,
+    conditions) changes far more often, and those are the events the check keeps undecoded."""
+    return may_concern(headers, body, ("VirtualMachineInstance",), _DEVICE_TOKENS)
 
 
 @dataclass(frozen=True)
@@ -116,6 +157,7 @@ class Target:
     namespace: str
     name: str                             # the VM's name (a VMI's VM has the same name)
     devices: frozenset[str] | None = None  # device names the payload mentions (a hint)
+    edited: bool = False  # a VM spec edit that names no device: worth a look only if the object names the VM
 
     @property
     def id(self) -> str:
@@ -132,11 +174,20 @@ def target(event: Incoming, settings: Settings, now: datetime) -> Target | None:
     obj, meta = found.obj, kv.meta(found.obj)
     if obj["kind"] == "VirtualMachine":
         devices = vm_devices(obj) | (allocated_devices(obj) or frozenset())
+        if not devices and _spec_edit(obj):
+            return Target(meta.get("namespace") or "default", meta["name"], frozenset(), edited=True)
     else:
         devices = spec_devices(obj.get("spec")) if _vmi_worth_a_look(obj, settings, now) else frozenset()
     if not devices:
         return None
     return Target(meta.get("namespace") or "default", meta["name"], frozenset(d.name for d in devices))
+
+
+def _spec_edit(vm: dict) -> bool:
+    """KubeVirt's VM controller has not yet seen this spec (metadata.generation is not status.observedGeneration,
+    an absent one counts as different): the event may be the edit that dropped a device."""
+    generation = kv.meta(vm).get("generation")
+    return generation is None or generation != (vm.get("status") or {}).get("observedGeneration")
 
 
 def _vmi_worth_a_look(vmi: dict, settings: Settings, now: datetime) -> bool:
@@ -179,8 +230,7 @@ def _resolve(record: Record, current: tuple[DeviceConflict, ...], workloads: Map
     message = wording.resolved_message(data, because)
     notice = ledger.resolve(record, delivery, ctx.clock(), summary=message, details={"because": because})
     if notice is not None:
-        people = sorted(set(data.get("blocked") or ()) | ({data["holder"]} if data.get("holder") else set()))
-        for vm in people:
+        for vm in sorted(_people(data)):
             ctx.recorder.record(_ref(vm, workloads).involved(), "Normal", RESOLVED_REASON, message, ctx.clock())
     return notice
 

@@ -7,18 +7,31 @@ resourceVersion precondition: two events about VMs that name one device cannot b
 second one reading the first one's entry (its write fails with 409, it reads again, and GETs the VM it now
 sees). What the object can miss (an event that was never delivered) the next re-scan repairs, and until then
 an event falls back to the LISTs whenever the object is missing.
+
+A tick between repairs (`light`) reads the object and GETs only the VMs its contested entries name, the VMs of
+open findings and whoever else the object says shares their devices: a few GETs, where the repair's LISTs read
+every VM and VMI (80 MB at 10,000 VMs, docs/api-cost.md). The repair's LISTs are not served from the watch
+cache (`cached=True`): `keep_all` lets an entry of the LISTs win over the object as read before them, so a
+LIST older than that read would undo an event's newer entry; and kube-apiserver ≥ 1.31 serves a LIST without
+resourceVersion from its watch cache anyway once the cache has caught up (ConsistentListFromCache).
 """
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 
 from functions.device_conflict import assignment
 from functions.device_conflict.index import Index, Workload
+from shared import rescan as visits
 from shared.kube import VM, VMI, Conflict, Kind, Kube
 
 CONFIG_MAP = Kind("v1", "ConfigMap", "configmaps")
 ATTEMPTS = 4  # read-modify-write rounds before the event is answered 503 and redelivered
+# When the last full repair wrote the object (ISO 8601, UTC): a tick repairs when it is older than
+# DEVICE_REPAIR_EVERY, or absent.
+REPAIRED_AT = "vmevents.io/repaired-at"
+_PARALLEL = visits.Settings()  # GETs of a light tick: a few at once (shared/rescan.py's workers)
 
 
 @dataclass(frozen=True)
@@ -27,6 +40,13 @@ class Stored:
 
     data: dict[str, str]
     resource_version: str
+    annotations: dict[str, str] = field(default_factory=dict)
+
+    def repaired_at(self) -> datetime | None:
+        try:
+            return datetime.fromisoformat(self.annotations.get(REPAIRED_AT) or "")
+        except ValueError:
+            return None
 
 
 def scan(kube: Kube) -> Index:
@@ -40,16 +60,16 @@ def scan(kube: Kube) -> Index:
 
 
 def fetch(kube: Kube, vms: Iterable[str], index: Index | None = None) -> Index:
-    """These VMs ("namespace/name") and their VMIs (a VMI has its VM's name), one GET each."""
+    """These VMs ("namespace/name") and their VMIs (a VMI has its VM's name), one GET each, a few at once."""
     index = index if index is not None else Index()
+    wanted: list[tuple[Kind, str, str]] = []
     for vm_id in sorted(set(vms)):
         namespace, name = vm_id.split("/", 1)
-        vm = kube.get(VM, namespace, name)
-        if vm is not None:
-            index.add_vm(vm)
-        vmi = kube.get(VMI, namespace, name)
-        if vmi is not None:
-            index.add_vmi(vmi)
+        wanted += [(VM, namespace, name), (VMI, namespace, name)]
+    found = visits.gather(wanted, lambda one: kube.get(one[0], one[1], one[2]), _PARALLEL)
+    for (kind, _, _), obj in zip(wanted, found, strict=True):  # in order: each VM before its VMI
+        if obj is not None:
+            (index.add_vm if kind is VM else index.add_vmi)(obj)
     return index
 
 
@@ -57,17 +77,31 @@ def read(kube: Kube, where: tuple[str, str]) -> Stored | None:
     found = kube.get(CONFIG_MAP, *where)
     if found is None:
         return None
-    return Stored(dict(found.get("data") or {}), (found.get("metadata") or {}).get("resourceVersion") or "")
+    meta = found.get("metadata") or {}
+    return Stored(dict(found.get("data") or {}), meta.get("resourceVersion") or "", dict(meta.get("annotations") or {}))
 
 
-def write(kube: Kube, where: tuple[str, str], stored: Stored | None, data: Mapping[str, str]) -> bool:
+def names(kube: Kube, where: tuple[str, str], vm: str) -> bool:
+    """Does the parameter object name this VM in any entry (a missing object names nobody: the repair builds it)?"""
+    stored = read(kube, where)
+    return stored is not None and bool(assignment.devices_of(assignment.read(stored.data), vm))
+
+
+def write(kube: Kube, where: tuple[str, str], stored: Stored | None, data: Mapping[str, str],
+          stamp: str | None = None) -> bool:
     """Create the object, or replace its data at exactly the version read. False when nothing changed (no
-    write at all); Conflict when it changed meanwhile (or was created by someone else first)."""
-    if stored is not None and dict(data) == stored.data:
+    write at all); Conflict when it changed meanwhile (or was created by someone else first). `stamp`: the
+    repair's time, written as REPAIRED_AT (always a write); otherwise the annotation read is kept."""
+    if stored is not None and dict(data) == stored.data and stamp is None:
         return False
     namespace, name = where
+    annotations = dict(stored.annotations) if stored is not None else {}
+    if stamp is not None:
+        annotations[REPAIRED_AT] = stamp
     metadata: dict = {"name": name, "namespace": namespace, "labels": {
         "app.kubernetes.io/part-of": "vmevents", "app.kubernetes.io/managed-by": "device-conflict"}}
+    if annotations:
+        metadata["annotations"] = annotations
     body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": dict(data)}
     if stored is None:
         kube.create(CONFIG_MAP, namespace, body)
@@ -77,15 +111,17 @@ def write(kube: Kube, where: tuple[str, str], stored: Stored | None, data: Mappi
     return True
 
 
-def keep_all(kube: Kube, where: tuple[str, str], base: Stored | None, workloads: Iterable[Workload]) -> int:
+def keep_all(kube: Kube, where: tuple[str, str], base: Stored | None, workloads: Iterable[Workload],
+             stamp: str | None = None) -> int:
     """A re-scan's repair: the whole object from what the LISTs showed, merged over what events wrote since
-    `base` was read (assignment.merged). Returns the number of writes (0 when it was right already)."""
+    `base` was read (assignment.merged). Returns the number of writes (0 when it was right already; with a
+    `stamp`, the repair's time for REPAIRED_AT, always 1)."""
     mine = assignment.data_of(assignment.entries(workloads))
     stored, writes = base, 0
     for _ in range(ATTEMPTS):
         data = assignment.merged(base.data if base else {}, stored.data if stored else {}, mine)
         try:
-            return writes + int(write(kube, where, stored, data))
+            return writes + int(write(kube, where, stored, data, stamp))
         except Conflict:
             stored = read(kube, where)
     raise Conflict(f"the parameter object {'/'.join(where)} kept changing")
@@ -121,6 +157,41 @@ def around(kube: Kube, where: tuple[str, str], vm: str) -> Around:
         except Conflict:
             continue
         return Around(workloads, _shares(workloads, vm, own), writes, listed=False)
+    raise Conflict(f"the parameter object {'/'.join(where)} kept changing")
+
+
+@dataclass(frozen=True)
+class Light:
+    """What a light tick read: the VMs it looked at, the devices whose claimants it knows all of, its writes."""
+
+    workloads: list[Workload]
+    devices: frozenset[str]  # the devices of the object's entries that it read every claimant of
+    writes: int
+
+
+def light(kube: Kube, where: tuple[str, str], vms: Iterable[str], devices: Iterable[str] = ()) -> Light | None:
+    """A tick between repairs: every VM that a contested entry names (more than the assigned VM), the VMs
+    `vms` (the open findings'), and every other claimant the object knows of the devices they name or hold
+    and of `devices`, read fresh; those devices' entries written back, no other entry touched (a partial
+    view cannot tell that another entry is wrong). None when the object is missing (the caller repairs)."""
+    for _ in range(ATTEMPTS):
+        stored = read(kube, where)
+        if stored is None:
+            return None
+        entries = assignment.read(stored.data)
+        first = {vm for entry in entries.values() if entry.others for vm in entry.claimants} | set(vms)
+        index = fetch(kube, first)
+        concerned = ({d.name for w in index.workloads() for d in w.devices | w.named} | set(devices)
+                     | {d for vm in first for d in assignment.devices_of(entries, vm)})
+        concerned = {d for d in concerned if assignment.is_key(d)}
+        others = {c for d in concerned if d in entries for c in entries[d].claimants} - first
+        workloads = fetch(kube, others, index).workloads()
+        fresh = assignment.entries(workloads, only=concerned)
+        try:
+            writes = int(write(kube, where, stored, assignment.updated(stored.data, fresh, concerned)))
+        except Conflict:
+            continue
+        return Light(workloads, frozenset(concerned), writes)
     raise Conflict(f"the parameter object {'/'.join(where)} kept changing")
 
 

@@ -23,6 +23,10 @@ class Settings:
     # ValidatingAdmissionPolicyBinding of deploy/components/prevent names the same object in its paramRef,
     # and deploy/base grants the function this one ConfigMap.
     assignments: tuple[str, str] = ("vmevents", "vmevents-device-assignments")
+    # DEVICE_REPAIR_EVERY: a tick is a full repair (every VM and VMI listed, the whole parameter object rewritten)
+    # once the object's vmevents.io/repaired-at is this old, or when the object is missing; the ticks between
+    # read only the VMs the object's contested entries and the open findings name (handler.rescan).
+    repair_every: timedelta = timedelta(minutes=15)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -32,7 +36,8 @@ class Settings:
         if not namespace or not name or "/" in name:
             raise SettingsError(f"DEVICE_ASSIGNMENTS={where!r} is not namespace/name")
         return cls(recent_start=env.duration("CONFLICT_RECENT_START", "5m"),
-                   finding_renew_after=env.duration("FINDING_RENEW_AFTER", "15m"), assignments=(namespace, name))
+                   finding_renew_after=env.duration("FINDING_RENEW_AFTER", "15m"), assignments=(namespace, name),
+                   repair_every=env.duration("DEVICE_REPAIR_EVERY", "15m"))
 
 
 def load(environ: Mapping[str, str]) -> Settings:

@@ -31,9 +31,12 @@ class World(e2e.World):
     function_sa = FUNCTION_SA
     settle = e2e.World.settle_with_kubevirt
 
-    def __init__(self, version: str, backend: str):
+    def __init__(self, version: str, backend: str, repair_every: str = "0s"):
+        """repair_every: DEVICE_REPAIR_EVERY; these tests make every tick a full repair, as every tick was before
+        light ticks (test_light_tick.py tests those)."""
         super().__init__(version, backend=backend,
-                         kubevirt={"nodes": {SEED_NODE: {VF: 1, **RESOURCES}}, "step_delay": 0.01})
+                         kubevirt={"nodes": {SEED_NODE: {VF: 1, **RESOURCES}}, "step_delay": 0.01},
+                         env_overrides={"device-conflict": {"DEVICE_REPAIR_EVERY": repair_every}})
 
     # -- helpers ------------------------------------------------------------------------------
     def create(self, manifest, run_strategy=None):
