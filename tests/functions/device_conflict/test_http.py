@@ -40,7 +40,9 @@ def event(data, type_=UPDATE, kind="VirtualMachine"):
 
 @pytest.mark.parametrize("mode", [to_binary, to_structured], ids=["binary", "structured"])
 @pytest.mark.parametrize("data,kind", [
-    pytest.param(vm("plain"), "VirtualMachine", id="vm-without-devices"),
+    # a VM KubeVirt has seen this spec of (generation = observedGeneration): no edit that could drop a device
+    pytest.param(vm("plain") | {"metadata": {"name": "plain", "namespace": "default", "generation": 2},
+                                "status": {"observedGeneration": 2}}, "VirtualMachine", id="vm-without-devices"),
     pytest.param(vmi("plain"), "VirtualMachineInstance", id="vmi-without-devices"),
     pytest.param(vmi("old", host_device(), since=datetime(2020, 1, 1, tzinfo=UTC)), "VirtualMachineInstance",
                  id="vmi-running-for-long-with-a-device"),
