@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from functions_framework import create_app
 
-from functions.device_conflict import assignment
+from functions.device_conflict import assignment, reads
 from functions.device_conflict.index import Index
 from shared import runtime
 from simcluster.alertmanager import Receiver
@@ -57,12 +58,14 @@ class FuzzWorld:
         device = dev.host_device()
         seeded = [self.cluster.create(dev.vm("vm2", device)), self.cluster.create(dev.vmi("vm2", device))]
         # device-conflict's parameter object as its re-scan leaves it: what any event then reads agrees with it,
-        # so a write of it, too, would be device-conflict acting on a payload's word.
+        # so a write of it, too, would be device-conflict acting on a payload's word. Stamped as just repaired, so a
+        # tick is a light one, which writes nothing when nothing changed (a repair always writes its stamp).
         index = Index()
         for obj in [vm, *seeded]:
             (index.add_vm if obj["kind"] == "VirtualMachine" else index.add_vmi)(obj)
         self.cluster.create({"apiVersion": "v1", "kind": "ConfigMap",
-                             "metadata": {"name": assignment.NAME, "namespace": "vmevents"},
+                             "metadata": {"name": assignment.NAME, "namespace": "vmevents", "annotations": {
+                                 reads.REPAIRED_AT: datetime.now(UTC).isoformat()}},
                              "data": assignment.data_of(assignment.entries(index.workloads()))})
 
     def stop(self):
