@@ -12,6 +12,7 @@ VMs to read (reads.py).
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -143,13 +144,25 @@ _KINDS = ("VirtualMachine", "VirtualMachineInstance")
 
 
 def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) -> bool:
-    """The cheap pre-check on raw bytes: a Resource-mode VMI event whose JSON has no hostDevices, gpus or
-    allocation annotation anywhere names no device, so it cannot concern a conflict and is not decoded. It
-    can only err towards decoding. A VM event is always decoded: one that names no device may be the spec
-    edit that dropped a device, which frees its entry at once (target). That costs little: a VM changes
-    when someone edits it or KubeVirt writes its status, while its VMI's status (guest agent, interfaces,
-    conditions) changes far more often, and those are the events the check keeps undecoded."""
-    return may_concern(headers, body, ("VirtualMachineInstance",), _DEVICE_TOKENS)
+    """The cheap pre-check on raw bytes: a Resource-mode VM or VMI event whose JSON has no hostDevices, gpus or
+    allocation annotation anywhere names no device. A VMI event like that cannot concern a conflict and is not
+    decoded. A VM event like that may be the spec edit that dropped a device, which frees its entry at once
+    (target), so it is decoded unless its bytes show one `"generation"` equal to one `"observedGeneration"`
+    (KubeVirt has seen this spec: a status write, no edit). That costs little: a VM changes when someone edits
+    it or KubeVirt writes its status, while its VMI's status (guest agent, interfaces, conditions) changes far
+    more often, and those events stay undecoded. It can only err towards decoding."""
+    if may_concern(headers, body, _KINDS, _DEVICE_TOKENS):
+        return True
+    return headers.get("ce-kind") == "VirtualMachine" and not _observed(body)
+
+
+_GENERATION = re.compile(rb'"generation"\s*:\s*(\d+)')
+_OBSERVED = re.compile(rb'"observedGeneration"\s*:\s*(\d+)')
+
+
+def _observed(body: bytes) -> bool:
+    generations, observed = _GENERATION.findall(body), _OBSERVED.findall(body)
+    return len(generations) == 1 and observed == generations
 
 
 @dataclass(frozen=True)

@@ -172,6 +172,12 @@ def test_target(obj, operation, expected):
 @pytest.mark.parametrize("kind,body,expected", [
     # a VM event is always decoded: it may be the edit that drops a device (handler.worth_decoding)
     pytest.param("VirtualMachine", json.dumps(vm("a")).encode(), True, id="vm-without-devices-is-decoded"),
+    pytest.param("VirtualMachine", json.dumps(vm("a") | {"metadata": {"name": "a", "generation": 4},
+                                                         "status": {"observedGeneration": 4}}).encode(), False,
+                 id="vm-without-devices-whose-spec-kubevirt-observed-is-not-decoded"),
+    pytest.param("VirtualMachine", json.dumps(vm("a") | {"metadata": {"name": "a", "generation": 5},
+                                                         "status": {"observedGeneration": 4}}).encode(), True,
+                 id="vm-spec-edit-without-devices-is-decoded"),
     pytest.param("VirtualMachineInstance", json.dumps(vmi("a", D1)).encode(), True, id="vmi-with-hostDevices-key"),
     pytest.param("VirtualMachineInstance", json.dumps(vmi("a")).encode(), False, id="vmi-without-devices"),
     pytest.param("VirtualMachine", json.dumps(seed_vm1()).encode(), True, id="seed-vm"),
