@@ -47,7 +47,8 @@ def failed(cluster, name: str, took: int = 451) -> dict:
 
 def findings(outcome, state: str = "detected") -> set[str]:
     data = outcome.reply.data if outcome.reply is not None else {}
-    return {f["details"]["migration"].rpartition("/")[2] for f in data.get("findings", [data] if data else []) if f["state"] == state}
+    items = data.get("findings", [data] if data else [])
+    return {f["details"]["migration"].rpartition("/")[2] for f in items if f["state"] == state}
 
 
 def test_running_long_ended_and_reported_migrations_are_never_read_in_full(cluster):
