@@ -18,25 +18,7 @@ Grant = tuple[str, str, str]  # (verb, api group, resource[/subresource])
 
 def granted(service_account: str, manifests: list[dict] | None = None) -> set[Grant]:
     """Every (verb, group, resource) the shipped (Cluster)RoleBindings give this "ns/name"."""
-    manifests = manifests if manifests is not None else load_manifests(DEPLOY_DIR)
-    namespace, name = service_account.split("/")
-    roles = {(m["kind"], m["metadata"].get("namespace"), m["metadata"]["name"]): m
-             for m in manifests if m.get("kind") in ("Role", "ClusterRole")}
-    grants: set[Grant] = set()
-    for binding in (m for m in manifests if m.get("kind") in ("RoleBinding", "ClusterRoleBinding")):
-        if not any(s.get("kind") == "ServiceAccount" and s.get("name") == name
-                   and s.get("namespace", binding["metadata"].get("namespace")) == namespace
-                   for s in binding.get("subjects") or ()):
-            continue
-        ref = binding["roleRef"]
-        role_ns = None if ref["kind"] == "ClusterRole" else binding["metadata"].get("namespace")
-        role = roles[(ref["kind"], role_ns, ref["name"])]
-        for rule in role.get("rules") or ():
-            assert "*" not in rule.get("verbs", ()) + rule.get("resources", ()) + rule.get("apiGroups", ()), \
-                f"{ref['name']} uses a wildcard: least privilege means naming each verb and resource"
-            grants |= {(verb, group, resource) for verb in rule["verbs"] for group in rule["apiGroups"]
-                       for resource in rule["resources"]}
-    return grants
+    return set(scopes(service_account, manifests))
 
 
 @dataclass(frozen=True)
@@ -64,6 +46,8 @@ def scopes(service_account: str, manifests: list[dict] | None = None) -> dict[Gr
         where = binding["metadata"].get("namespace") if binding["kind"] == "RoleBinding" else None
         role = roles[(ref["kind"], None if ref["kind"] == "ClusterRole" else where, ref["name"])]
         for rule in role.get("rules") or ():
+            assert "*" not in rule.get("verbs", ()) + rule.get("resources", ()) + rule.get("apiGroups", ()), \
+                f"{ref['name']} uses a wildcard: least privilege means naming each verb and resource"
             for grant in ((v, g, r) for v in rule["verbs"] for g in rule["apiGroups"] for r in rule["resources"]):
                 found.setdefault(grant, set()).add(Scope(where, tuple(rule.get("resourceNames") or ())))
     return found

@@ -80,14 +80,19 @@ def migrations():
         yield w
 
 
-def test_the_seed_conflict_is_one_firing_and_one_resolved(world):
-    w = world
+def start_the_seed_conflict(w) -> None:
+    """Harvester issue #5081's device story up to the conflict: vm1 powered off, vm2 running with its device."""
     w.cluster.create(seed_vm1())
     eventually(lambda: w.phase("vm1") == "Running", what="vm1 Running")
     w.kubevirt.guest_power_off("default", "vm1")
     eventually(lambda: w.vmi("vm1") is None, what="vm1 stopped (KubeVirt >= 1.2 removes its VMI)")
     w.cluster.create(seed_vm2())
     eventually(lambda: w.phase("vm2") == "Running", what="vm2 Running with vm1's device")
+
+
+def test_the_seed_conflict_is_one_firing_and_one_resolved(world):
+    w = world
+    start_the_seed_conflict(w)
     for i in range(12):  # the guest agent, interfaces, ...: each an update event of vm2's VMI
         w.cluster.patch("kubevirt.io/v1", "VirtualMachineInstance", "default", "vm2",
                         {"metadata": {"labels": {"vmevents.io/test-update": str(i)}}})

@@ -10,10 +10,10 @@ from unittest import mock
 
 import pytest
 
-from simcluster.builders.devices import SEED_DEVICE, SEED_NODE, VF, host_device, seed_vm1, seed_vm2
+from simcluster.builders.devices import SEED_DEVICE, SEED_NODE, VF, host_device
 from tests import backends
 from tests.e2e import eventually
-from tests.functions.alert_forwarder.test_episodes import World, _io_vm
+from tests.functions.alert_forwarder.test_episodes import World, _io_vm, start_the_seed_conflict
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real, pytest.mark.timeout(480)]
 TTL = 30.0
@@ -57,12 +57,7 @@ def _open_events(w):
 
 def test_a_conflict_and_a_stuck_pause_lasting_five_ttls_are_told_once_each(world):
     w = world
-    w.cluster.create(seed_vm1())
-    eventually(lambda: w.phase("vm1") == "Running", what="vm1 Running")
-    w.kubevirt.guest_power_off("default", "vm1")
-    eventually(lambda: w.vmi("vm1") is None, what="vm1 stopped")
-    w.cluster.create(seed_vm2())
-    eventually(lambda: w.phase("vm2") == "Running", what="vm2 Running with vm1's device")
+    start_the_seed_conflict(w)
     name = "stuck1"
     _io_vm(w, name)
     w.kubevirt.start_io_errors("default", name, "disk-0", stuck=True)

@@ -4,34 +4,14 @@ or refuses (502). It has no Kubernetes client at all: KUBECONFIG points at a ref
 nothing needs it."""
 from __future__ import annotations
 
-import functools
-
 import pytest
 from cloudevents.conversion import to_binary, to_structured
 
 from simcluster.alertmanager import Receiver
 from simcluster.builders import findings as b
-from tests.http_cases import MALFORMED, assert_refused, binary_headers, post, source_of
+from tests.http_cases import MALFORMED, assert_refused, binary_headers, post
 
-SOURCE = source_of("alert_forwarder")
 FINDING = "io.vmevents.device-conflict.detected"
-SETTINGS = ("ALERTMANAGER_URL", "ALERTMANAGER_BEARER_TOKEN_FILE", "ALERTMANAGER_CA_FILE",
-            "ALERTMANAGER_INSECURE_SKIP_VERIFY", "WEBHOOK_URL", "WEBHOOK_FORMAT", "WEBHOOK_HEADERS_FILE",
-            "WEBHOOK_CA_FILE", "WEBHOOK_INSECURE_SKIP_VERIFY", "MIN_SEVERITY", "CLUSTER_NAME", "ALERT_TTL",
-            "ALERT_TTL_UNTIL_RESOLVED", "SEND_TIMEOUT", "RUNBOOK_BASE_URL")
-
-
-@pytest.fixture
-def receiver():
-    r = Receiver().start()
-    yield r
-    r.stop()
-
-
-@pytest.fixture
-def app_with(serve):
-    """create_app with these settings (and no others from the developer's environment)."""
-    return functools.partial(serve, SOURCE, SETTINGS)
 
 
 @pytest.mark.parametrize("mode", [to_binary, to_structured], ids=["binary", "structured"])

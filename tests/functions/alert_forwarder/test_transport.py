@@ -3,7 +3,6 @@ not get the token into the reply or the log, credentials never follow a redirect
 only ever shown by scheme and host."""
 from __future__ import annotations
 
-import functools
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,9 +12,7 @@ import pytest
 from functions.alert_forwarder.settings import load
 from functions.alert_forwarder.transport import excerpt, post, redact
 from shared.settings import SettingsError
-from simcluster.alertmanager import Receiver
 from simcluster.builders import findings as b
-from tests.functions.alert_forwarder.test_http import SETTINGS, SOURCE
 from tests.http_cases import post as post_event
 
 TOKEN = "s3cr3t-t0ken-abcdefghijklmnopqrstuvwxyz"
@@ -64,18 +61,6 @@ def hostile():
     yield make
     for server in servers:
         server.stop()
-
-
-@pytest.fixture
-def receiver():
-    r = Receiver().start()
-    yield r
-    r.stop()
-
-
-@pytest.fixture
-def app_with(serve):
-    return functools.partial(serve, SOURCE, SETTINGS)
 
 
 @pytest.mark.parametrize("status,answer", [(400, 502), (500, 503), (401, 502)])
