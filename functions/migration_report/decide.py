@@ -71,6 +71,28 @@ def precheck(vmim: dict, settings: Settings, now: datetime) -> str | None:
     return None
 
 
+def row_precheck(meta: Mapping[str, Any], phase: Any, settings: Settings, now: datetime) -> str | None:
+    """precheck from a VMIM's Table row (its Phase cell and its metadata) before any full read, or None when
+    the full object may be reportable. The same three rules; the row has no end time, so the third uses the
+    newest managedFields[].time instead: every write stamps its writer's entry (second precision) and the
+    final phase is a write, so a VMIM last written more than MIGRATION_REPORT_WITHIN (+1 s) ago ended before
+    the window too. Without a readable time on every entry (a client may clear managedFields), it may not
+    have: None, and the full object decides. Pure."""
+    namespace = str(meta.get("namespace") or "default")
+    if not settings.in_scope(namespace):
+        return f"namespace {namespace} is out of scope"
+    if not isinstance(phase, str) or phase not in kv.FINAL_PHASES:
+        return f"phase is {phase or 'unset'}, not final yet"
+    entries = meta.get("managedFields")
+    times = [kv.parse_time(e.get("time")) if isinstance(e, dict) else None
+             for e in (entries if isinstance(entries, list) else ())]
+    known = [t for t in times if t is not None]
+    if known and len(known) == len(times) and now - max(known) > settings.within + timedelta(seconds=1):
+        return (f"last written at {max(known):%Y-%m-%dT%H:%M:%SZ}, so ended more than MIGRATION_REPORT_WITHIN="
+                f"{_span(settings.within)} ago")
+    return None
+
+
 def decide(facts: Facts, settings: Settings, now: datetime) -> Verdict:
     """Report this migration or not, and in which category. Pure: every fact is an argument."""
     skip = precheck(facts.vmim, settings, now)

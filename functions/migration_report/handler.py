@@ -29,15 +29,17 @@ from functions.migration_report.decide import (
     ended,
     migration_state,
     precheck,
+    row_precheck,
 )
 from functions.migration_report.settings import Settings
 from functions.migration_report.wording import finding, reply_data, resolved_message
 from shared import kubevirt as kv
 from shared import objects as o
-from shared.errors import TemporaryError, longest_retry_after
+from shared import rescan as rescans
 from shared.findings import Ledger, Notice, Record, summary
 from shared.intake import Incoming, about, may_concern
 from shared.kube import EVENT, KUBEVIRT, MIGRATION_POLICY, NAMESPACE, VM, VMI, VMIM
+from shared.replies import Reply
 from shared.runtime import KubeContext, Outcome
 
 FUNCTION = "migration-report"
@@ -61,48 +63,62 @@ def on_event(event: Incoming, ctx: KubeContext[Settings]) -> Outcome:
 
 
 def rescan(ctx: KubeContext[Settings], delivery: str = "") -> Outcome:
-    """Every VMIM, page by page: a final one missed by its events is reported now (once); then every
-    reported migration that still stands: ended (resolved), or renewed so that its Event outlives the TTL."""
-    replies, failures, scanned, listed = [], [], 0, []
-    now = ctx.clock()
+    """Every VMIM's phase, VMI and metadata from the Table form of the list (from the watch cache), and this
+    function's findings on record; a final migration not on record that row_precheck cannot rule out is read
+    in full and converged (a final one missed by its events is reported now, once); then every reported
+    migration that still stands: ended (resolved, judged from the rows), or renewed so that its Event outlives
+    the TTL. Visits run through shared/rescan.py: a few at once, within the re-scan's budget, each one's
+    failure its own (the re-scan still answers and lists it). Why the cheap read misses nothing: docs/api-cost.md."""
+    began, now = rescans.begin(), ctx.clock()
     namespaces: list[str | None] = [*sorted(ctx.settings.namespaces)] or [None]  # None: every namespace
-    for namespace in namespaces:
-        for vmim in ctx.kube.list(VMIM, namespace):
-            scanned += 1
-            listed.append(_brief(vmim))
-            if precheck(vmim, ctx.settings, now):
-                continue
-            try:
-                outcome = converge(vmim, ctx, delivery)
-            except TemporaryError as exc:
-                failures.append(exc)
-                continue
-            if outcome.reply is not None:
-                replies.append(outcome.reply)
+    pages = rescans.gather(namespaces, lambda namespace: list(ctx.kube.list_rows(VMIM, namespace, cached=True)),
+                           ctx.settings.rescan)
+    rows = [row for page in pages for row in page]
+    listed = [_brief(row) for row in rows]
     ledger = _ledger(ctx)
-    on_record = list(ledger.records(state=None))
-    for record in on_record:
-        if not record.open:
-            if (replayed := ledger.replay(record, delivery)) is not None:  # a redelivered tick answers as it did
-                replies.append(replayed.reply())
-            continue
-        try:
-            notice = _maybe_resolve(record, listed, ledger, ctx, delivery)
-        except TemporaryError as exc:
-            failures.append(exc)
-            continue
-        if notice is not None:
-            replies.append(notice.reply())
+    before = list(ledger.records(state=None))
+    known = {record.finding.key for record in before}
+    candidates = sorted((Target(str(b["metadata"].get("namespace") or "default"), str(b["metadata"]["name"]))
+                         for row, b in zip(rows, listed, strict=True)
+                         if b["metadata"].get("uid") not in known
+                         and row_precheck(row["metadata"], b["status"]["phase"], ctx.settings, now) is None),
+                        key=lambda found: (found.namespace, found.name))
+    rotation = rescans.tick_number(now)
+    scan = rescans.run(candidates, lambda found: _visit(found, ctx, delivery), ctx.settings.rescan,
+                       started=began, rotation=rotation)
+    replies = list(scan.results)
+    on_record = list(ledger.records(state=None)) if scan.results else before
+    here = {b["metadata"].get("uid") for b in listed}
+
+    def resolve(record: Record) -> Reply | None:
+        if not record.open:  # a redelivered tick answers as it did
+            replayed = ledger.replay(record, delivery)
+            return replayed.reply() if replayed is not None else None
+        notice = _maybe_resolve(record, listed, ledger, ctx, delivery)
+        return notice.reply() if notice is not None else None
+
+    # A redelivery of the tick that reported a migration answers with that report again (its VMIM, on
+    # record now, is no candidate); one this run reported is among the visits' replies already.
+    replies += [replayed.reply() for record in on_record if record.open and record.finding.key in known
+                and record.finding.key in here and (replayed := ledger.replay(record, delivery)) is not None]
+    settled = rescans.run(sorted(on_record, key=lambda r: (r.namespace, r.name)), resolve, ctx.settings.rescan,
+                          subject=lambda r: f"{r.namespace}/{r.name}", started=began, rotation=rotation)
+    replies += settled.results
     ledger.renew_stale(on_record, ctx.clock())
-    if failures:
-        raise TemporaryError(f"re-scan could not finish {len(failures)} migration(s): {failures[0].message}",
-                             retry_after=longest_retry_after(failures))
-    reason = f"scanned {scanned} migration(s), {len(replies)} finding(s) reported or resolved"
+    reason = f"scanned {len(rows)} migration(s), {len(replies)} finding(s) reported or resolved; {scan.progress()}"
+    if settled.failures or settled.stopped:
+        reason += f"; findings on record: {settled.progress()}"
     reply = summary(FUNCTION, "scanned", "/vmevents/migration-report/rescan", replies, reason,
-                    {"migrations": scanned})
+                    {"migrations": len(rows)})
     if reply is None:
         return Outcome("rescan", reason=reason)
     return Outcome("rescan", effect=f"reported-{len(replies)}", reason=reason, reply=reply)
+
+
+def _visit(found: Target, ctx: KubeContext[Settings], delivery: str) -> Reply | None:
+    """One candidate of the re-scan: the VMIM read in full (its row may be stale), then converged."""
+    vmim = ctx.kube.get(VMIM, found.namespace, found.name)
+    return None if vmim is None else converge(vmim, ctx, delivery).reply
 
 
 def converge(vmim: dict, ctx: KubeContext[Settings], delivery: str = "") -> Outcome:
@@ -235,11 +251,15 @@ def report(verdict: Verdict, facts: Facts, recipients: list[dict], ctx: KubeCont
                    reply=found.reply())
 
 
-def _brief(vmim: dict) -> dict:
-    """What decide.ended needs of a listed VMIM (the re-scan keeps these, not whole objects)."""
-    meta = kv.meta(vmim)
+def _brief(row: dict) -> dict:
+    """What decide.ended needs of a listed VMIM, from its Table row: the row's metadata, its VMI and Phase cells
+    (KubeVirt's printer columns for VMIMs, simcluster/tables.py; the Table has no time column, the metadata
+    has creationTimestamp)."""
+    meta, cells = row.get("metadata") or {}, row.get("cells") or {}
+    phase, vmi_name = cells.get("phase"), cells.get("vmi")
     return {"metadata": {k: meta.get(k) for k in ("name", "namespace", "uid", "creationTimestamp")},
-            "spec": {"vmiName": (vmim.get("spec") or {}).get("vmiName")}, "status": {"phase": kv.phase(vmim)}}
+            "spec": {"vmiName": vmi_name if isinstance(vmi_name, str) else None},
+            "status": {"phase": phase if isinstance(phase, str) else None}}
 
 
 def _maybe_resolve(record: Record, listed: list[dict], ledger: Ledger, ctx: KubeContext[Settings],
