@@ -181,7 +181,12 @@ def target(event: Incoming, settings: Settings, now: datetime) -> Target | None:
     """The VM worth a conflict check, or None when the event cannot concern one."""
     found = about(event, _KINDS, FUNCTION)
     if found.deleted:
-        return None  # what a deletion ends, the next re-scan reports
+        # A deleted VM frees the devices the parameter object still gives it (else the admission policy would
+        # count them taken until the next repair): a look, if the object names it. What else a deletion ends
+        # (an open conflict), the next tick reports. A deleted VMI changes nothing the object says.
+        if found.ref.kind != "VirtualMachine":
+            return None
+        return Target(found.ref.namespace or "default", found.ref.name, frozenset(), edited=True)
     if found.obj is None:  # Reference mode: look at it in any case
         return Target(found.ref.namespace or "default", found.ref.name)
     obj, meta = found.obj, kv.meta(found.obj)

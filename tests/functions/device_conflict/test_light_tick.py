@@ -103,3 +103,15 @@ def test_a_vm_that_drops_its_device_frees_its_entry_from_its_own_update(world):
     w.cluster.patch("kubevirt.io/v1", "VirtualMachine", "default", vm, [
         {"op": "remove", "path": "/spec/template/spec/domain/devices/hostDevices"}], patch_type="json")
     eventually(lambda: device not in entries(w), what="the entry goes, with no tick")
+
+
+def test_a_deleted_vm_frees_its_entry_from_its_delete_event(world):
+    w = world
+    vm, resource, device = fresh("gone-a")
+    w.create(small_vm(vm, device, resource, "Halted"))
+    eventually(lambda: entries(w).get(device) == f"default/{vm} stopped", what="the entry is there")
+    # KubeVirt's VM controller removes its finalizer once the VM has no VMI; this world runs no KubeVirt.
+    w.cluster.patch("kubevirt.io/v1", "VirtualMachine", "default", vm, {"metadata": {"finalizers": None}})
+    w.cluster.delete("kubevirt.io/v1", "VirtualMachine", "default", vm)
+    assert w.cluster.get("kubevirt.io/v1", "VirtualMachine", "default", vm) is None
+    eventually(lambda: device not in entries(w), what="the entry goes with the VM, with no tick")
