@@ -96,14 +96,33 @@ def small_vm(name, device, resource, run_strategy="Always"):
     return manifest
 
 
-# -- the seed, end to end -------------------------------------------------------------------------
-def test_the_seed_each_situation_and_its_resolution(world):
-    w = world
-    # vm1 has the PCI device and powers itself off: its pod completes and frees the device.
+def conflict_every_event_misses(w, holder: str, other: str, device: str, resource: str) -> dict:
+    """`holder` runs with `device` and stopped `other` names it, while device-conflict cannot read a VM: every
+    delivery about them fails, so nothing was reported. Returns `other` as created; the fault is cleared."""
+    fault = w.cluster.faults.add(method="GET", path="/virtualmachines(/[^/]+)?$", service_account=FUNCTION_SA,
+                                 status=503, times=None)
+    assert fault is not None
+    w.create(small_vm(holder, device, resource))
+    w.wait_phase(holder, "Running")
+    created = w.create(small_vm(other, device, resource, "Halted"))
+    w.settle()
+    assert not w.events(created), "every delivery failed: the events were missed"
+    w.cluster.faults.clear()
+    return created
+
+
+def power_off_seed_vm1(w) -> None:
+    """vm1 has the PCI device and powers itself off: its pod completes and frees the device."""
     w.create(seed_vm1())
     w.wait_phase("vm1", "Running")
     w.kubevirt.guest_power_off("default", "vm1")
     eventually(lambda: w.vmi("vm1") is None, what="KubeVirt >= 1.2 removes vm1's Succeeded VMI")
+
+
+# -- the seed, end to end -------------------------------------------------------------------------
+def test_the_seed_each_situation_and_its_resolution(world):
+    w = world
+    power_off_seed_vm1(w)
     # vm2 is created naming the same device, and starts.
     w.create(seed_vm2())
     w.wait_phase("vm2", "Running")
@@ -216,18 +235,10 @@ def test_a_missed_event_is_caught_by_the_next_tick(world):
     w, resource = world, next(_resources)
     device = f"{SEED_NODE}-00004{next(_names):04d}"
     holder = f"miss-a{next(_names)}"
-    fault = w.cluster.faults.add(method="GET", path="/virtualmachines(/[^/]+)?$", service_account=FUNCTION_SA,
-                                 status=503, times=None)
-    w.create(small_vm(holder, device, resource))
-    w.wait_phase(holder, "Running")
-    other = w.create(small_vm(f"miss-b{next(_names)}", device, resource, "Halted"))
-    w.settle()
-    assert not w.events(other), "every delivery failed: the events were missed"
-    w.cluster.faults.clear()
+    other = conflict_every_event_misses(w, holder, f"miss-b{next(_names)}", device, resource)
     w.tick()
     found = w.reply_about("detected", "taken-while-stopped", device)
     assert found and found[0][2]["holder"] == f"default/{holder}" and w.conflict_events(other, "taken-while-stopped")
-    assert fault is not None
 
 
 def test_the_function_needs_nothing_beyond_its_shipped_rbac(world):

@@ -11,7 +11,12 @@ import pytest
 
 from simcluster.builders.devices import SEED_NODE
 from tests.e2e import eventually
-from tests.functions.device_conflict.test_e2e import FUNCTION_SA, RESOURCES, World, small_vm
+from tests.functions.device_conflict.test_e2e import (
+    RESOURCES,
+    World,
+    conflict_every_event_misses,
+    small_vm,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.sim_only]
 WHERE = ("vmevents", "vmevents-device-assignments")
@@ -76,14 +81,7 @@ def test_a_light_tick_lists_no_vm_and_resolves_what_ended(world):
 def test_a_conflict_every_event_missed_is_found_at_the_next_repair(world):
     w = world
     holder, resource, device = fresh("repair-a")
-    fault = w.cluster.faults.add(method="GET", path="/virtualmachines(/[^/]+)?$", service_account=FUNCTION_SA,
-                                 status=503, times=None)
-    w.create(small_vm(holder, device, resource))
-    w.wait_phase(holder, "Running")
-    other = w.create(small_vm(f"repair-b{next(_names)}", device, resource, "Halted"))
-    w.settle()
-    w.cluster.faults.clear()
-    assert fault is not None and not w.events(other), "every delivery failed: the events were missed"
+    other = conflict_every_event_misses(w, holder, f"repair-b{next(_names)}", device, resource)
     w.tick()
     assert not w.reply_about("detected", "taken-while-stopped", device), "a light tick does not list"
     make_repair_due(w)

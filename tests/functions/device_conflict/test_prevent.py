@@ -15,11 +15,11 @@ import pytest
 import yaml
 
 from controlplane.cluster import kubectl
-from simcluster.builders.devices import SEED_DEVICE, SEED_NODE, VF, host_device, seed_vm1, seed_vm2
+from simcluster.builders.devices import SEED_DEVICE, SEED_NODE, VF, host_device, seed_vm2
 from simcluster.paths import DEPLOY_DIR
 from tests import e2e
 from tests.e2e import eventually
-from tests.functions.device_conflict.test_e2e import World
+from tests.functions.device_conflict.test_e2e import World, power_off_seed_vm1
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real]
 ASSIGNMENTS = ("vmevents", "vmevents-device-assignments")
@@ -64,11 +64,7 @@ def assignment(w, device):
 
 def test_the_seeds_vm2_is_refused_while_stopped_vm1_names_the_device(world):
     w = world
-    # vm1 has the PCI device and powers itself off: its pod completes and frees the device.
-    w.create(seed_vm1())
-    w.wait_phase("vm1", "Running")
-    w.kubevirt.guest_power_off("default", "vm1")
-    eventually(lambda: w.vmi("vm1") is None, what="vm1's VMI removed")
+    power_off_seed_vm1(w)
     eventually(lambda: assignment(w, SEED_DEVICE) == "default/vm1 stopped", timeout=CATCH_UP,
                what="the parameter object says vm1 (stopped) has the device")
     accepted, said = eventually(lambda: (r := attempt(w, seed_vm2())) and not r[0] and r, timeout=CATCH_UP,
