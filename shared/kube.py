@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
-from urllib3 import Retry
 from urllib3.exceptions import HTTPError as TransportError
 
 from shared.errors import PermanentError, TemporaryError, parse_retry_after
@@ -103,6 +100,10 @@ class Unavailable(TemporaryError, KubeError):
     """The API server is unreachable, throttling (429) or failing (5xx)."""
 
 
+class Expired(PermanentError, KubeError):
+    """410 Gone: a watch (or a continue token) from a resourceVersion the server no longer keeps. List again."""
+
+
 _PATCH_DID_NOT_APPLY = "the server rejected our request due to an error in our request"
 
 
@@ -111,6 +112,8 @@ def _error_for(status: int, message: str, retry_after: float | None) -> Exceptio
         return NotFound(message)
     if status == 409:
         return Conflict(message)
+    if status == 410:
+        return Expired(message)
     if status == 403:
         return Forbidden(message)
     if status == 422 and _PATCH_DID_NOT_APPLY in message:
@@ -141,6 +144,20 @@ def _json_object(data: bytes) -> dict[str, Any]:
 _AS_METADATA = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json"
 _AS_TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"  # no fallback: full objects would read as no rows
 
+class Rows(list):
+    """Table rows (`Kube.rows`), and the resourceVersion of the list they came from."""
+
+    resource_version = ""
+
+
+@dataclass
+class Changes:
+    """What a watch from a resourceVersion saw (`Kube.changes`): (type, object) in order, and where it got to."""
+
+    resource_version: str
+    events: list[tuple[str, dict]] = field(default_factory=list)
+
+
 # A JSON patch (RFC 6902): its operations, in order.
 JsonPatch = list[dict[str, Any]]
 
@@ -159,6 +176,11 @@ class Kube:
     # -- transport ---------------------------------------------------------------------------
     def request(self, method: str, path: str, *, query: dict | None = None, body: Any = None,
                 content_type: str = "application/json", accept: str = "application/json") -> dict:
+        return _json_object(self._send(method, path, query, body, content_type, accept))
+
+    def _send(self, method: str, path: str, query: dict | None, body: Any = None,
+              content_type: str = "application/json", accept: str = "application/json") -> bytes:
+        """One request; the response body as received, or the error it is (see `_error_for`)."""
         with self._count:
             self.calls = next(self._calls) + 1
         headers = {"Accept": accept}
@@ -181,7 +203,7 @@ class Kube:
             message = _status_message(data, f"HTTP {response.status}")
             retry_after = parse_retry_after(response.getheader("Retry-After"))
             raise _error_for(response.status, f"{what}: {message}", retry_after)
-        return _json_object(data)
+        return data
 
     # -- verbs -------------------------------------------------------------------------------
     def get(self, kind: Kind, namespace: str | None, name: str) -> dict | None:
@@ -214,18 +236,61 @@ class Kube:
         it the managedFields that make up most of it: a row is then its cells only, a few dozen bytes, and
         its metadata is just the name (the Name cell) and the namespace asked for, so a namespaced kind must
         then be listed one namespace at a time."""
+        for _, rows in self._row_pages(kind, namespace, label_selector, cached, metadata):
+            yield from rows
+
+    def rows(self, kind: Kind, namespace: str | None = None, *, cached: bool = False,
+             metadata: bool = True) -> Rows:
+        """`list_rows`, all at once, with the list's resourceVersion: where a watch of its changes starts."""
+        found = Rows()
+        for version, rows in self._row_pages(kind, namespace, None, cached, metadata):
+            found.resource_version = found.resource_version or version  # every page is of the first's version
+            found += rows
+        return found
+
+    def _row_pages(self, kind: Kind, namespace: str | None, label_selector: str | None, cached: bool,
+                   metadata: bool) -> Iterator[tuple[str, list[dict]]]:
         if not metadata and kind.namespaced and not namespace:
             raise ValueError(f"rows of {kind.plural} without metadata need a namespace: a row would not say its own")
         include = "Metadata" if metadata else "None"
         for page in self._pages(kind, namespace, label_selector, None, cached, _AS_TABLE, {"includeObject": include}):
             names = [str(c.get("name", "")).lower() for c in page.get("columnDefinitions") or ()]
+            rows = []
             for row in page.get("rows") or ():
                 cells = dict(zip(names, row.get("cells") or (), strict=False))
                 if metadata:
                     meta = (row.get("object") or {}).get("metadata") or {}
                 else:
                     meta = {"name": cells.get("name"), **({"namespace": namespace} if kind.namespaced else {})}
-                yield {"metadata": meta, "cells": cells}
+                rows.append({"metadata": meta, "cells": cells})
+            yield str((page.get("metadata") or {}).get("resourceVersion") or ""), rows
+
+    def changes(self, kind: Kind, namespace: str | None, since: str, *, seconds: int = 1) -> Changes:
+        """What changed since resourceVersion `since`: a WATCH from there that the server ends after `seconds`
+        (timeoutSeconds). The watch cache sends what it kept since that version at once, then what happens
+        while the watch lasts. `Changes.resource_version` is the last change's version (`since` when nothing
+        changed): the next call starts there. Expired (410) when the cache no longer keeps `since`: list again.
+        No bookmarks are asked for: kube-apiserver 1.33 sends a watch with a deadline its first one 2 s
+        before the deadline and otherwise once a minute, so a short watch gets none (measured here)."""
+        query = {"watch": "1", "resourceVersion": since, "timeoutSeconds": str(seconds)}
+        data = self._send("GET", kind.path(namespace), query)
+        found = Changes(resource_version=since)
+        for line in data.splitlines():
+            try:
+                event = json.loads(line) if line.strip() else {}
+            except ValueError:  # a stream cut short: what came before it stands, the next call sees the rest
+                break
+            obj = event.get("object") if isinstance(event, dict) else None
+            if not isinstance(obj, dict):
+                continue
+            if event.get("type") == "ERROR":  # a Status: 410 Expired, or whatever else ended the watch
+                raise _error_for(int(obj.get("code") or 500), f"WATCH {kind.path(namespace)}: "
+                                 f"{obj.get('message') or obj.get('reason')}", None)
+            version = (obj.get("metadata") or {}).get("resourceVersion")
+            if event.get("type") in ("ADDED", "MODIFIED", "DELETED") and version:
+                found.events.append((str(event["type"]), obj))
+                found.resource_version = str(version)
+        return found
 
     def _pages(self, kind: Kind, namespace: str | None, label_selector: str | None, field_selector: str | None,
                cached: bool, accept: str, extra: dict) -> Iterator[dict]:
@@ -267,44 +332,3 @@ class Kube:
 
     def create(self, kind: Kind, namespace: str | None, body: dict) -> dict:
         return self.request("POST", kind.path(namespace), body=body)
-
-
-def _configuration() -> k8s.Configuration:
-    configuration = k8s.Configuration()
-    # Retry a failed connection at once, but never sleep on a 429/503 Retry-After inside a handler:
-    # the answer goes back to the broker as a 5xx and the broker's backoff does the waiting.
-    configuration.retries = Retry(total=2, connect=2, read=0, status=0, redirect=0,
-                                  respect_retry_after_header=False)
-    return configuration
-
-
-def connect() -> Kube:
-    """In-cluster configuration when running in a pod, else KUBECONFIG / ~/.kube/config.
-
-    Raises RuntimeError with what to do when neither is there: a function that cannot reach the
-    API must not start and pretend to work.
-    """
-    configuration = _configuration()
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        try:
-            k8s_config.load_incluster_config(client_configuration=configuration)
-        except Exception as exc:  # noqa: BLE001 - whatever it is, it must be one line, not a traceback
-            raise RuntimeError(f"in-cluster Kubernetes configuration cannot be used: {_one_line(exc)}") from None
-        return Kube(k8s.ApiClient(configuration))
-    path = os.environ.get("KUBECONFIG") or None
-    if path and not os.path.isfile(path.split(os.pathsep)[0]):
-        raise RuntimeError(f"no Kubernetes configuration: not in a cluster and KUBECONFIG={path} cannot be used "
-                           f"(no such file); set KUBECONFIG to a kubeconfig file.")
-    try:
-        # Pass KUBECONFIG explicitly: the client reads it at import time otherwise.
-        return Kube(k8s_config.new_client_from_config(config_file=path, client_configuration=configuration))
-    except Exception as exc:  # noqa: BLE001 - a YAML error, a list where a map is due, a missing key, ...
-        where = f"KUBECONFIG={path}" if path else f"{os.path.expanduser(k8s_config.KUBE_CONFIG_DEFAULT_LOCATION)}"
-        raise RuntimeError(f"no Kubernetes configuration: not in a cluster and {where} cannot be used "
-                           f"({_one_line(exc)}); set KUBECONFIG to a kubeconfig file.") from None
-
-
-def _one_line(error: Exception) -> str:
-    """An exception as one short line: the client's messages can span lines (YAML marks) or quote a whole file."""
-    text = " ".join(str(error).split()) or type(error).__name__
-    return text if len(text) <= 200 else text[:197] + "..."

@@ -194,7 +194,7 @@ def start(name: str, on_event: Handler, load_settings: Callable[[Mapping[str, st
         settings = load_settings(os.environ if environ is None else environ)
         kube = None
         if needs_kube:
-            from shared.kube import connect
+            from shared.kubeconfig import connect
 
             kube = connect()
     except (SettingsError, RuntimeError) as exc:

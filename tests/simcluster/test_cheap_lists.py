@@ -1,11 +1,11 @@
 """The cheap forms of a LIST, asked of the simulator and of a real kube-apiserver alike (test_fidelity.py's
 way): the Table form with KubeVirt's printer columns (includeObject Metadata and None), the
-PartialObjectMetadataList form, and resourceVersion=0 (the watch cache: no pages)."""
+PartialObjectMetadataList form, and resourceVersion=0 (the watch cache: no pages); and a watch of the changes since a list."""
 from __future__ import annotations
 
 import pytest
 
-from shared.kube import _AS_METADATA, _AS_TABLE, VMI, Invalid, Kube, Unavailable
+from shared.kube import _AS_METADATA, _AS_TABLE, VMI, Expired, Invalid, Kube, Unavailable
 from simcluster.builders.io_pause import make_vmi
 from tests import backends
 
@@ -97,3 +97,27 @@ def test_a_continue_token_goes_on_with_resource_version_0_and_is_refused_with_an
 def test_an_accept_header_naming_only_unknown_forms_is_refused_406(cluster):
     with pytest.raises(Unavailable, match="406|NotAcceptable|only the following media types"):
         kube(cluster).request("GET", VMI.path(NAMESPACE), accept="application/json;as=Nonsense;v=v1;g=meta.k8s.io")
+
+
+# -- a watch of the changes since a list (Kube.rows, Kube.changes: migration-report's cursor) ---------------------
+def test_the_changes_since_a_list_are_exactly_those_made_after_it_in_order(cluster):
+    k = kube(cluster)
+    rows = k.rows(VMI, NAMESPACE, cached=True)
+    assert len(rows) == 5 and rows.resource_version
+    quiet = k.changes(VMI, NAMESPACE, rows.resource_version)
+    assert quiet.events == [] and quiet.resource_version == rows.resource_version
+    k.merge_patch(VMI, NAMESPACE, "vm3", {"metadata": {"labels": {"changed": "once"}}})
+    k.merge_patch(VMI, NAMESPACE, "vm0", {"metadata": {"labels": {"changed": "once"}}})
+    k.merge_patch(VMI, NAMESPACE, "vm3", {"metadata": {"labels": {"changed": "twice"}}})
+    seen = k.changes(VMI, NAMESPACE, rows.resource_version)
+    assert [(kind, obj["metadata"]["name"], obj["metadata"]["labels"]["changed"]) for kind, obj in seen.events] == [
+        ("MODIFIED", "vm3", "once"), ("MODIFIED", "vm0", "once"), ("MODIFIED", "vm3", "twice")]
+    assert seen.resource_version == seen.events[-1][1]["metadata"]["resourceVersion"]
+    assert k.changes(VMI, NAMESPACE, seen.resource_version).events == []  # from where it got to: nothing new
+
+
+def test_the_changes_since_a_version_the_server_no_longer_keeps_are_expired(cluster):
+    if hasattr(cluster, "compact"):
+        cluster.compact()  # the simulator's history starts at its store; a real watch cache at its first list
+    with pytest.raises(Expired, match="too old resource version"):
+        kube(cluster).changes(VMI, NAMESPACE, "1")

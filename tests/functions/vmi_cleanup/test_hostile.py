@@ -10,7 +10,7 @@ import pytest
 from functions.vmi_cleanup.decide import AFTER_ANNOTATION, Action, Facts, decide
 from functions.vmi_cleanup.handler import rescan
 from functions.vmi_cleanup.settings import FUNCTION, Settings
-from shared.kube import connect
+from shared.kubeconfig import connect
 from shared.recorder import Recorder
 from shared.runtime import KubeContext
 from simcluster.apiserver import SimCluster
