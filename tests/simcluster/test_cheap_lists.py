@@ -1,6 +1,7 @@
 """The cheap forms of a LIST, asked of the simulator and of a real kube-apiserver alike (test_fidelity.py's
 way): the Table form with KubeVirt's printer columns (includeObject Metadata and None), the
-PartialObjectMetadataList form, and resourceVersion=0 (the watch cache: no pages); and a watch of the changes since a list."""
+PartialObjectMetadataList form, and resourceVersion=0 (the watch cache: no pages); and a watch of the changes
+since a list (Kube.changes), expired once the server no longer keeps its version."""
 from __future__ import annotations
 
 import pytest
