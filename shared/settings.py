@@ -96,6 +96,18 @@ class Env:
                                 f"use a comma-separated list like 'default,vms'.")
         return items
 
+    def object_ref(self, name: str, default: str, *, optional: bool = False) -> tuple[str, str] | None:
+        """`namespace/name` of an object (a ConfigMap vmevents keeps); with `optional`, empty means none."""
+        value = self.raw(name, default)
+        if optional and value == "":
+            return None
+        namespace, _, rest = value.partition("/")
+        label, subdomain = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", r"[a-z0-9]([-.a-z0-9]*[a-z0-9])?"
+        if not (re.fullmatch(label, namespace) and re.fullmatch(subdomain, rest) and len(rest) <= 253):
+            raise SettingsError(f"{name}={_clip(value)} is not namespace/name; use a value like {default}"
+                                + (" (or empty for none)." if optional else "."))
+        return namespace, rest
+
     def number(self, name: str, default: float, *, minimum: float, maximum: float) -> float:
         value = self.raw(name, str(default))
         try:

@@ -59,7 +59,7 @@ def rescan(ctx: KubeContext[Settings], delivery: str = "") -> Outcome:
     full repair: every VM and VMI, and the whole object rewritten. `delivery`: the tick's id (a redelivered tick
     answers as it did)."""
     base = reads.read(ctx.kube, ctx.settings.assignments)
-    repaired = base.repaired_at() if base is not None else None
+    repaired = reads.repaired_at(base) if base is not None else None
     if repaired is None or ctx.clock() - repaired >= ctx.settings.repair_every:
         return repair(ctx, delivery, base)
     ledger = _ledger(ctx)

@@ -18,15 +18,16 @@ resourceVersion from its watch cache anyway once the cache has caught up (Consis
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 from functions.device_conflict import assignment
 from functions.device_conflict.index import Index, Workload
+from shared import configmaps
 from shared import rescan as visits
+from shared.configmaps import Stored, read
 from shared.kube import VM, VMI, Conflict, Kind, Kube
 
-CONFIG_MAP = Kind("v1", "ConfigMap", "configmaps")
 ATTEMPTS = 4  # read-modify-write rounds before the event is answered 503 and redelivered
 # When the last full repair wrote the object (ISO 8601, UTC): a tick repairs when it is older than
 # DEVICE_REPAIR_EVERY, or absent.
@@ -34,19 +35,12 @@ REPAIRED_AT = "vmevents.io/repaired-at"
 _PARALLEL = visits.Settings()  # GETs of a light tick: a few at once (shared/rescan.py's workers)
 
 
-@dataclass(frozen=True)
-class Stored:
-    """The parameter object as read: its data and the resourceVersion a write must name."""
-
-    data: dict[str, str]
-    resource_version: str
-    annotations: dict[str, str] = field(default_factory=dict)
-
-    def repaired_at(self) -> datetime | None:
-        try:
-            return datetime.fromisoformat(self.annotations.get(REPAIRED_AT) or "")
-        except ValueError:
-            return None
+def repaired_at(stored: Stored) -> datetime | None:
+    """When the last full repair wrote the object, if it says so readably."""
+    try:
+        return datetime.fromisoformat(stored.annotations.get(REPAIRED_AT) or "")
+    except ValueError:
+        return None
 
 
 def scan(kube: Kube) -> Index:
@@ -73,14 +67,6 @@ def fetch(kube: Kube, vms: Iterable[str], index: Index | None = None) -> Index:
     return index
 
 
-def read(kube: Kube, where: tuple[str, str]) -> Stored | None:
-    found = kube.get(CONFIG_MAP, *where)
-    if found is None:
-        return None
-    meta = found.get("metadata") or {}
-    return Stored(dict(found.get("data") or {}), meta.get("resourceVersion") or "", dict(meta.get("annotations") or {}))
-
-
 def names(kube: Kube, where: tuple[str, str], vm: str) -> bool:
     """Does the parameter object name this VM in any entry (a missing object names nobody: the repair builds it)?"""
     stored = read(kube, where)
@@ -94,20 +80,10 @@ def write(kube: Kube, where: tuple[str, str], stored: Stored | None, data: Mappi
     repair's time, written as REPAIRED_AT (always a write); otherwise the annotation read is kept."""
     if stored is not None and dict(data) == stored.data and stamp is None:
         return False
-    namespace, name = where
     annotations = dict(stored.annotations) if stored is not None else {}
     if stamp is not None:
         annotations[REPAIRED_AT] = stamp
-    metadata: dict = {"name": name, "namespace": namespace, "labels": {
-        "app.kubernetes.io/part-of": "vmevents", "app.kubernetes.io/managed-by": "device-conflict"}}
-    if annotations:
-        metadata["annotations"] = annotations
-    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": dict(data)}
-    if stored is None:
-        kube.create(CONFIG_MAP, namespace, body)
-    else:
-        metadata["resourceVersion"] = stored.resource_version  # a replace at exactly this version, or 409
-        kube.request("PUT", CONFIG_MAP.path(namespace, name), body=body)
+    configmaps.put(kube, where, stored, data, annotations, managed_by="device-conflict")
     return True
 
 

@@ -5,7 +5,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
-from shared.settings import Env, SettingsError
+from shared.settings import Env
 
 FUNCTION = "device-conflict"
 
@@ -31,12 +31,10 @@ class Settings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
         env = Env(environ)
-        where = env.raw("DEVICE_ASSIGNMENTS", "vmevents/vmevents-device-assignments")
-        namespace, _, name = where.partition("/")
-        if not namespace or not name or "/" in name:
-            raise SettingsError(f"DEVICE_ASSIGNMENTS={where!r} is not namespace/name")
+        where = env.object_ref("DEVICE_ASSIGNMENTS", "vmevents/vmevents-device-assignments")
+        assert where is not None, "not optional"
         return cls(recent_start=env.duration("CONFLICT_RECENT_START", "5m"),
-                   finding_renew_after=env.duration("FINDING_RENEW_AFTER", "15m"), assignments=(namespace, name),
+                   finding_renew_after=env.duration("FINDING_RENEW_AFTER", "15m"), assignments=where,
                    repair_every=env.duration("DEVICE_REPAIR_EVERY", "15m"))
 
 
