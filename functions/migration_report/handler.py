@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from functions.migration_report import cursor
 from functions.migration_report.decide import (
     VMIM_KIND,
     Action,
@@ -29,7 +30,6 @@ from functions.migration_report.decide import (
     ended,
     migration_state,
     precheck,
-    row_precheck,
 )
 from functions.migration_report.settings import Settings
 from functions.migration_report.wording import finding, reply_data, resolved_message
@@ -63,32 +63,34 @@ def on_event(event: Incoming, ctx: KubeContext[Settings]) -> Outcome:
 
 
 def rescan(ctx: KubeContext[Settings], delivery: str = "") -> Outcome:
-    """Every VMIM's phase, VMI and metadata from the Table form of the list (from the watch cache), and this
-    function's findings on record; a final migration not on record that row_precheck cannot rule out is read
-    in full and converged (a final one missed by its events is reported now, once); then every reported
-    migration that still stands: ended (resolved, judged from the rows), or renewed so that its Event outlives
-    the TTL. Visits run through shared/rescan.py: a few at once, within the re-scan's budget, each one's
-    failure its own (the re-scan still answers and lists it). Why the cheap read misses nothing: docs/api-cost.md."""
+    """The VMIMs that changed since the last tick (a watch from the cursor), or without a cursor every VMIM's
+    Table row (from the watch cache), and this function's findings on record; a final migration not on record
+    that precheck cannot rule out is read in full and converged (a final one missed by its events is reported
+    now, once); then every reported migration that still stands: ended (resolved, judged from what was seen),
+    or renewed so that its Event outlives the TTL. Visits run through shared/rescan.py: a few at once, within
+    the re-scan's budget, each one's failure its own (the re-scan still answers and lists it). The cursor
+    advances only after a tick without failures (cursor.py). Why the cheap reads miss nothing: docs/api-cost.md."""
     began, now = rescans.begin(), ctx.clock()
-    namespaces: list[str | None] = [*sorted(ctx.settings.namespaces)] or [None]  # None: every namespace
-    pages = rescans.gather(namespaces, lambda namespace: list(ctx.kube.list_rows(VMIM, namespace, cached=True)),
-                           ctx.settings.rescan)
-    rows = [row for page in pages for row in page]
-    listed = [_brief(row) for row in rows]
     ledger = _ledger(ctx)
     before = list(ledger.records(state=None))
     known = {record.finding.key for record in before}
-    candidates = sorted((Target(str(b["metadata"].get("namespace") or "default"), str(b["metadata"]["name"]))
-                         for row, b in zip(rows, listed, strict=True)
-                         if b["metadata"].get("uid") not in known
-                         and row_precheck(row["metadata"], b["status"]["phase"], ctx.settings, now) is None),
-                        key=lambda found: (found.namespace, found.name))
+    stored = cursor.read(ctx.kube, ctx.settings.cursor)
+    namespaces: list[str | None] = [*sorted(ctx.settings.namespaces)] or [None]  # None: every namespace
+    since = {namespace: (stored.data.get(cursor.key(namespace)) if stored else None) for namespace in namespaces}
+    parts = rescans.gather(namespaces, lambda namespace: cursor.scan(ctx.kube, namespace, since[namespace], known,
+                                                                     ctx.settings, now), ctx.settings.rescan)
+    listed = [b for part in parts for b in part.briefs]
+    # A reported migration no longer on record (its Event lost) is a candidate again, changed or not.
+    lost = [where for uid, where in cursor.remembered(stored).items() if uid not in known]
+    wheres = {where for part in parts for where in part.candidates} | set(lost)
+    candidates = sorted((Target(*where) for where in wheres), key=lambda found: (found.namespace, found.name))
     rotation = rescans.tick_number(now)
     scan = rescans.run(candidates, lambda found: _visit(found, ctx, delivery), ctx.settings.rescan,
                        started=began, rotation=rotation)
     replies = list(scan.results)
-    on_record = list(ledger.records(state=None)) if scan.results else before
-    here = {b["metadata"].get("uid") for b in listed}
+    on_record = list(ledger.records(state=None)) if scan.visited else before  # an event may have reported one
+    # Listed, every VMIM is known: a record of one not listed (deleted since) stays quiet.
+    here = {uid for part in parts for uid in part.uids} if all(part.listed for part in parts) else None
 
     def resolve(record: Record) -> Reply | None:
         if not record.open:  # a redelivered tick answers as it did
@@ -100,19 +102,34 @@ def rescan(ctx: KubeContext[Settings], delivery: str = "") -> Outcome:
     # A redelivery of the tick that reported a migration answers with that report again (its VMIM, on
     # record now, is no candidate); one this run reported is among the visits' replies already.
     replies += [replayed.reply() for record in on_record if record.open and record.finding.key in known
-                and record.finding.key in here and (replayed := ledger.replay(record, delivery)) is not None]
+                and (here is None or record.finding.key in here)
+                and (replayed := ledger.replay(record, delivery)) is not None]
     settled = rescans.run(sorted(on_record, key=lambda r: (r.namespace, r.name)), resolve, ctx.settings.rescan,
                           subject=lambda r: f"{r.namespace}/{r.name}", started=began, rotation=rotation)
     replies += settled.results
     ledger.renew_stale(on_record, ctx.clock())
-    reason = f"scanned {len(rows)} migration(s), {len(replies)} finding(s) reported or resolved; {scan.progress()}"
+    done = not (scan.failures or scan.stopped or settled.failures or settled.stopped)
+    if done:
+        cursor.save(ctx.kube, ctx.settings.cursor, stored, parts, cursor.recent(on_record, ctx.settings, now))
+    reason = f"{_seen(parts)}, {len(replies)} finding(s) reported or resolved; {scan.progress()}"
     if settled.failures or settled.stopped:
         reason += f"; findings on record: {settled.progress()}"
+    if not done and ctx.settings.cursor is not None:
+        reason += "; the cursor stays, the next tick sees these changes again"
     reply = summary(FUNCTION, "scanned", "/vmevents/migration-report/rescan", replies, reason,
-                    {"migrations": len(rows)})
+                    {"migrations": sum(part.count for part in parts)})
     if reply is None:
         return Outcome("rescan", reason=reason)
     return Outcome("rescan", effect=f"reported-{len(replies)}", reason=reason, reply=reply)
+
+
+def _seen(parts: list[cursor.Seen]) -> str:
+    listed = sum(part.count for part in parts if part.listed)
+    changed = sum(part.count for part in parts if not part.listed)
+    said = [f"listed {listed} migration(s)"] if any(part.listed for part in parts) else []
+    said += [f"{changed} change(s) since the cursor"] if not all(part.listed for part in parts) else []
+    said += [part.why_listed for part in parts if part.why_listed]
+    return ", ".join(said)
 
 
 def _visit(found: Target, ctx: KubeContext[Settings], delivery: str) -> Reply | None:
@@ -249,17 +266,6 @@ def report(verdict: Verdict, facts: Facts, recipients: list[dict], ctx: KubeCont
         ctx.recorder.record(obj, "Warning", reason, message, ctx.clock())
     return Outcome(f"report-{notice}", effect=f"reported-{data['category']}", subject=subject, reason=message,
                    reply=found.reply())
-
-
-def _brief(row: dict) -> dict:
-    """What decide.ended needs of a listed VMIM, from its Table row: the row's metadata, its VMI and Phase cells
-    (KubeVirt's printer columns for VMIMs, simcluster/tables.py; the Table has no time column, the metadata
-    has creationTimestamp)."""
-    meta, cells = row.get("metadata") or {}, row.get("cells") or {}
-    phase, vmi_name = cells.get("phase"), cells.get("vmi")
-    return {"metadata": {k: meta.get(k) for k in ("name", "namespace", "uid", "creationTimestamp")},
-            "spec": {"vmiName": vmi_name if isinstance(vmi_name, str) else None},
-            "status": {"phase": phase if isinstance(phase, str) else None}}
 
 
 def _maybe_resolve(record: Record, listed: list[dict], ledger: Ledger, ctx: KubeContext[Settings],

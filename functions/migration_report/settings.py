@@ -22,6 +22,9 @@ class Settings:
     # outlives kube-apiserver's --event-ttl (1 h by default) while it stands (shared/findings.py)
     finding_renew_after: timedelta = timedelta(minutes=15)
     rescan: rescan_settings.Settings = rescan_settings.Settings()  # RESCAN_BUDGET, RESCAN_WORKERS
+    # MIGRATION_CURSOR: the ConfigMap where the re-scan keeps how far it has read the VMIMs' changes, so that a
+    # tick watches what changed since instead of listing every VMIM (cursor.py); empty: every tick lists
+    cursor: tuple[str, str] | None = ("vmevents", "vmevents-migration-report-cursor")
 
     def in_scope(self, namespace: str) -> bool:
         return in_scope(namespace, self.namespaces, self.exclude_namespaces)
@@ -40,4 +43,6 @@ def load(environ: Mapping[str, str]) -> Settings:
                     exclude_namespaces=env.names("MIGRATION_EXCLUDE_NAMESPACES"),
                     resolved_after=env.duration("MIGRATION_RESOLVED_AFTER", "6h"),
                     finding_renew_after=env.duration("FINDING_RENEW_AFTER", "15m"),
-                    rescan=rescan_settings.load(environ))
+                    rescan=rescan_settings.load(environ),
+                    cursor=env.object_ref("MIGRATION_CURSOR", "vmevents/vmevents-migration-report-cursor",
+                                          optional=True))

@@ -75,6 +75,9 @@ def test_probe_answers_without_handling(client):
     ("MIGRATION_WARN_RATIO", "80%", "MIGRATION_WARN_RATIO='80%' is not a number from 0.01 to 1; use a value like 0.8."),
     ("MIGRATION_REPORT_WITHIN", "half an hour", "MIGRATION_REPORT_WITHIN='half an hour' is not a duration"),
     ("MIGRATION_REPORT_WITHIN", "0s", "MIGRATION_REPORT_WITHIN='0s' would report nothing"),
+    ("MIGRATION_CURSOR", "just-a-name", "MIGRATION_CURSOR='just-a-name' is not namespace/name; use a value like "
+                                        "vmevents/vmevents-migration-report-cursor (or empty for none)."),
+    ("MIGRATION_CURSOR", "vmevents/Not_A_Name", "MIGRATION_CURSOR='vmevents/Not_A_Name' is not namespace/name"),
 ])
 def test_bad_setting_stops_the_start_naming_the_variable(serve, capsys, name, value, message):
     assert_stops_the_start(lambda: serve(SOURCE, **{name: value}), capsys, message)
