@@ -153,10 +153,13 @@ class Ledger:
         return record_of(event) if event else None
 
     def records(self, namespace: str | None = None, *, state: str | None = OPEN,
-                field_selector: str | None = None) -> Iterator[Record]:
-        """This function's findings on record (by default the open ones), page by page."""
+                field_selector: str | None = None, cached: bool = False) -> Iterator[Record]:
+        """This function's findings on record (by default the open ones), page by page. `cached`: from the API
+        server's watch cache, slightly stale; every transition patches at the version read, so a stale record
+        costs at worst a Conflict."""
         selector = f"{LABEL}={self.function}" + (f",{STATE_LABEL}={state}" if state else "")
-        for event in self.kube.list(EVENT, namespace, label_selector=selector, field_selector=field_selector):
+        for event in self.kube.list(EVENT, namespace, label_selector=selector, field_selector=field_selector,
+                                    cached=cached):
             found = record_of(event)
             if found is not None and found.finding.function == self.function:
                 yield found

@@ -142,6 +142,7 @@ def _json_object(data: bytes) -> dict[str, Any]:
 # The media types of the cheap LIST forms (k8s.io/apiserver endpoints/handlers/response.go negotiates them
 # from Accept). Full objects are a fine answer to a metadata LIST, hence its JSON fallback.
 _AS_METADATA = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json"
+_AS_PARTIAL = "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io,application/json"  # one object
 _AS_TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"  # no fallback: full objects would read as no rows
 
 class Rows(list):
@@ -212,6 +213,16 @@ class Kube:
             return self.request("GET", kind.path(namespace, name))
         except NotFound:
             return None
+
+    def get_metadata(self, kind: Kind, namespace: str | None, name: str, *, cached: bool = False) -> dict | None:
+        """The object's metadata only (PartialObjectMetadata, as `kind` so an Event can name it), or None.
+        `cached`: resourceVersion=0, from the watch cache (see `_pages`)."""
+        try:
+            found = self.request("GET", kind.path(namespace, name), accept=_AS_PARTIAL,
+                                 query={"resourceVersion": "0"} if cached else None)
+        except NotFound:
+            return None
+        return {"apiVersion": kind.api_version, "kind": kind.kind, "metadata": found.get("metadata") or {}}
 
     def list(self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
              field_selector: str | None = None, cached: bool = False) -> Iterator[dict]:

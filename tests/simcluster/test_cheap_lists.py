@@ -122,3 +122,13 @@ def test_the_changes_since_a_version_the_server_no_longer_keeps_are_expired(clus
         cluster.compact()  # the simulator's history starts at its store; a real watch cache at its first list
     with pytest.raises(Expired, match="too old resource version"):
         kube(cluster).changes(VMI, NAMESPACE, "1")
+
+
+def test_get_metadata_answers_one_objects_metadata_named_as_its_kind(cluster):
+    k = kube(cluster)
+    full = k.get(VMI, NAMESPACE, "vm2")
+    found = k.get_metadata(VMI, NAMESPACE, "vm2")
+    assert found is not None and set(found) == {"apiVersion", "kind", "metadata"}
+    assert (found["apiVersion"], found["kind"]) == ("kubevirt.io/v1", "VirtualMachineInstance")
+    assert found["metadata"]["uid"] == full["metadata"]["uid"]
+    assert k.get_metadata(VMI, NAMESPACE, "absent") is None
