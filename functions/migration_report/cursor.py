@@ -39,6 +39,8 @@ from shared.kube import VMIM, Conflict, Kube, KubeError
 
 KEY = "resourceVersion"
 REPORTED = "reported"
+SETTLED_AT = "settledAt"   # when a tick last read every finding on record (ISO 8601, UTC)
+REPLIED_BY = "repliedBy"   # the delivery of the last tick that reported or resolved something
 WATCH_SECONDS = 1  # how long a tick's watch stays open: the changes kept since the cursor come at once
 
 
@@ -48,7 +50,7 @@ class Seen:
 
     namespace: str | None
     briefs: list[dict]              # the VMIMs decide.ended compares: listed rows, or the changed VMIMs in full
-    candidates: list[tuple[str, str]]  # (namespace, name) of those worth a full read
+    candidates: list[tuple[str, str, str]]  # (namespace, name, uid) of those precheck does not rule out
     version: str                    # where the next tick starts ("" when the server gave none)
     listed: bool                    # True: every VMIM's row was listed; False: only the changes since the cursor
     count: int                      # rows listed, or changes seen
@@ -64,10 +66,9 @@ def read(kube: Kube, where: tuple[str, str] | None) -> Stored | None:
     return configmaps.read(kube, where) if where is not None else None
 
 
-def scan(kube: Kube, namespace: str | None, since: str | None, known: set[str], settings: Settings,
-         now: datetime) -> Seen:
+def scan(kube: Kube, namespace: str | None, since: str | None, settings: Settings, now: datetime) -> Seen:
     """The changes since the cursor `since`, or (without one, or when its watch fails) every VMIM's row; and
-    which of them are candidates: not on record (`known` uids) and not ruled out by precheck."""
+    which of them precheck does not rule out (the handler leaves out those on record)."""
     why = ""
     if since:
         try:
@@ -79,14 +80,12 @@ def scan(kube: Kube, namespace: str | None, since: str | None, known: set[str], 
             for kind, obj in changes.events:  # in order: the last change of each VMIM wins
                 latest[str(kv.meta(obj).get("uid") or kv.api_path(obj))] = (kind, obj)
             current = [obj for kind, obj in latest.values() if kind != "DELETED"]
-            candidates = [_where(obj) for obj in current if kv.meta(obj).get("uid") not in known
-                          and precheck(obj, settings, now) is None]
+            candidates = [_where(obj) for obj in current if precheck(obj, settings, now) is None]
             return Seen(namespace, current, candidates, changes.resource_version, False, len(changes.events))
     rows = kube.rows(VMIM, namespace, cached=True)
     briefs = [brief(row) for row in rows]
     candidates = [_where(b) for row, b in zip(rows, briefs, strict=True)
-                  if b["metadata"].get("uid") not in known
-                  and row_precheck(row["metadata"], b["status"]["phase"], settings, now) is None]
+                  if row_precheck(row["metadata"], b["status"]["phase"], settings, now) is None]
     return Seen(namespace, briefs, candidates, rows.resource_version, True, len(rows),
                 uids={str(b["metadata"].get("uid")) for b in briefs}, why_listed=why)
 
@@ -112,15 +111,39 @@ def recent(records: Iterable[Record], settings: Settings, now: datetime) -> dict
             and record.involved.get("name")}
 
 
-def save(kube: Kube, where: tuple[str, str] | None, stored: Stored | None, parts: Iterable[Seen],
-         reported: dict[str, tuple[str, str]]) -> bool:
-    """Advance the cursor to where these parts got to, remembering these reported migrations. False when there
-    was nothing to write, or another tick wrote it first (its cursor is as good)."""
+def settle_due(stored: Stored | None, settings: Settings, now: datetime, delivery: str) -> str | None:
+    """Why this tick must read every finding on record even though no change needs it, or None: the cursor
+    says no tick has (or not within MIGRATION_SETTLE_EVERY), or this is a redelivery of the tick that last
+    reported or resolved something (it answers with that again)."""
+    if stored is None:
+        return "no cursor yet"
+    if delivery and stored.data.get(REPLIED_BY) == delivery:
+        return "a redelivery of the tick that last reported"
+    try:
+        settled = datetime.fromisoformat(stored.data.get(SETTLED_AT) or "")
+    except ValueError:
+        return "never settled"
+    if settled.tzinfo is None or now < settled or now - settled >= settings.settle_every:  # (a clock behind: settle)
+        return f"last settled at {settled:%Y-%m-%dT%H:%M:%SZ}"
+    return None
+
+
+def save(kube: Kube, where: tuple[str, str] | None, stored: Stored | None, parts: Iterable[Seen], *,
+         reported: dict[str, tuple[str, str]] | None = None, settled_at: datetime | None = None,
+         replied_by: str | None = None) -> bool:
+    """Advance the cursor to where these parts got to; a tick that settled also says when, what it remembers
+    as reported, and (when it replied) its delivery. False when there was nothing to write, or another tick
+    wrote it first (its cursor is as good)."""
     if where is None:
         return False
     data = dict(stored.data) if stored is not None else {}
     data.update({key(part.namespace): part.version for part in parts if part.version})
-    data[REPORTED] = "".join(f"{uid} {namespace}/{name}\n" for uid, (namespace, name) in sorted(reported.items()))
+    if reported is not None:
+        data[REPORTED] = "".join(f"{uid} {ns}/{name}\n" for uid, (ns, name) in sorted(reported.items()))
+    if settled_at is not None:
+        data[SETTLED_AT] = settled_at.isoformat()
+    if replied_by is not None:
+        data[REPLIED_BY] = replied_by
     if stored is not None and data == stored.data:
         return False
     try:
@@ -141,6 +164,6 @@ def brief(row: dict) -> dict:
             "status": {"phase": phase if isinstance(phase, str) else None}}
 
 
-def _where(vmim: dict) -> tuple[str, str]:
+def _where(vmim: dict) -> tuple[str, str, str]:
     meta = kv.meta(vmim)
-    return str(meta.get("namespace") or "default"), str(meta.get("name"))
+    return str(meta.get("namespace") or "default"), str(meta.get("name")), str(meta.get("uid") or "")

@@ -41,6 +41,7 @@ from shared.intake import Incoming, about, may_concern
 from shared.kube import EVENT, KUBEVIRT, MIGRATION_POLICY, NAMESPACE, VM, VMI, VMIM
 from shared.replies import Reply
 from shared.runtime import KubeContext, Outcome
+from shared.settings import format_duration
 
 FUNCTION = "migration-report"
 REASON_FAILED = "MigrationFailed"            # vmevents' own reasons: KubeVirt has none called so (docs/facts.md §4)
@@ -69,20 +70,31 @@ def rescan(ctx: KubeContext[Settings], delivery: str = "") -> Outcome:
     now, once); then every reported migration that still stands: ended (resolved, judged from what was seen),
     or renewed so that its Event outlives the TTL. Visits run through shared/rescan.py: a few at once, within
     the re-scan's budget, each one's failure its own (the re-scan still answers and lists it). The cursor
-    advances only after a tick without failures (cursor.py). Why the cheap reads miss nothing: docs/api-cost.md."""
+    advances only after a tick without failures (cursor.py). With a cursor, a tick whose changes need no look
+    reads the findings only every MIGRATION_SETTLE_EVERY (cursor.settle_due). Why the cheap reads miss nothing:
+    docs/api-cost.md."""
     began, now = rescans.begin(), ctx.clock()
-    ledger = _ledger(ctx)
-    before = list(ledger.records(state=None))
-    known = {record.finding.key for record in before}
     stored = cursor.read(ctx.kube, ctx.settings.cursor)
     namespaces: list[str | None] = [*sorted(ctx.settings.namespaces)] or [None]  # None: every namespace
     since = {namespace: (stored.data.get(cursor.key(namespace)) if stored else None) for namespace in namespaces}
-    parts = rescans.gather(namespaces, lambda namespace: cursor.scan(ctx.kube, namespace, since[namespace], known,
+    parts = rescans.gather(namespaces, lambda namespace: cursor.scan(ctx.kube, namespace, since[namespace],
                                                                      ctx.settings, now), ctx.settings.rescan)
+    ruled_in = [found for part in parts for found in part.candidates]
+    if ctx.settings.cursor is None or any(part.listed for part in parts):
+        why = "listed"
+    else:
+        why = "a change to look at" if ruled_in else cursor.settle_due(stored, ctx.settings, now, delivery)
+    if why is None:  # nothing changed that matters, and the findings were settled a moment ago
+        cursor.save(ctx.kube, ctx.settings.cursor, stored, parts)
+        return Outcome("rescan", reason=f"{_seen(parts)}, none to look at; the findings on record were settled "
+                                        f"within MIGRATION_SETTLE_EVERY={format_duration(ctx.settings.settle_every)}")
+    ledger = _ledger(ctx)
+    before = list(ledger.records(state=None, cached=True))  # stale is safe: see Ledger.records, converge
+    known = {record.finding.key for record in before}
     listed = [b for part in parts for b in part.briefs]
     # A reported migration no longer on record (its Event lost) is a candidate again, changed or not.
     lost = [where for uid, where in cursor.remembered(stored).items() if uid not in known]
-    wheres = {where for part in parts for where in part.candidates} | set(lost)
+    wheres = {(namespace, name) for namespace, name, uid in ruled_in if uid not in known} | set(lost)
     candidates = sorted((Target(*where) for where in wheres), key=lambda found: (found.namespace, found.name))
     rotation = rescans.tick_number(now)
     scan = rescans.run(candidates, lambda found: _visit(found, ctx, delivery), ctx.settings.rescan,
@@ -110,7 +122,8 @@ def rescan(ctx: KubeContext[Settings], delivery: str = "") -> Outcome:
     ledger.renew_stale(on_record, ctx.clock())
     done = not (scan.failures or scan.stopped or settled.failures or settled.stopped)
     if done:
-        cursor.save(ctx.kube, ctx.settings.cursor, stored, parts, cursor.recent(on_record, ctx.settings, now))
+        cursor.save(ctx.kube, ctx.settings.cursor, stored, parts, reported=cursor.recent(on_record, ctx.settings, now),
+                    settled_at=now, replied_by=delivery if replies else None)
     reason = f"{_seen(parts)}, {len(replies)} finding(s) reported or resolved; {scan.progress()}"
     if settled.failures or settled.stopped:
         reason += f"; findings on record: {settled.progress()}"
@@ -272,7 +285,8 @@ def _maybe_resolve(record: Record, listed: list[dict], ledger: Ledger, ctx: Kube
                    delivery: str) -> Notice | None:
     details = record.finding.details
     namespace, _, name = str(details.get("vmi") or "").partition("/")
-    vmi = ctx.kube.get(VMI, namespace or record.namespace, name) if name else None
+    # Gone? Restarted? Its uid says; from the watch cache: a stale answer delays a resolution by a tick.
+    vmi = ctx.kube.get_metadata(VMI, namespace or record.namespace, name, cached=True) if name else None
     why = ended(details, vmi, listed, record.opened_at, ctx.settings, ctx.clock())
     if why is None:
         return None

@@ -25,6 +25,10 @@ class Settings:
     # MIGRATION_CURSOR: the ConfigMap where the re-scan keeps how far it has read the VMIMs' changes, so that a
     # tick watches what changed since instead of listing every VMIM (cursor.py); empty: every tick lists
     cursor: tuple[str, str] | None = ("vmevents", "vmevents-migration-report-cursor")
+    # MIGRATION_SETTLE_EVERY: with a cursor, a tick whose changes hold no migration worth a look reads the
+    # findings on record (to resolve, renew, and report again one whose Event was lost) only this often; 0s:
+    # every tick does (handler.rescan, docs/api-cost.md)
+    settle_every: timedelta = timedelta(minutes=5)
 
     def in_scope(self, namespace: str) -> bool:
         return in_scope(namespace, self.namespaces, self.exclude_namespaces)
@@ -37,6 +41,11 @@ def load(environ: Mapping[str, str]) -> Settings:
     if within <= timedelta(0):
         raise SettingsError("MIGRATION_REPORT_WITHIN='0s' would report nothing; use a value like 30m "
                             "(below the API server's --event-ttl, 1h by default).")
+    settle_every = env.duration("MIGRATION_SETTLE_EVERY", "5m")
+    if settle_every > timedelta(minutes=30):
+        raise SettingsError("MIGRATION_SETTLE_EVERY is over 30m: open findings are renewed only when a tick settles "
+                            "them, so keep it, plus FINDING_RENEW_AFTER, well under the API server's --event-ttl "
+                            "(1h by default); use a value like 5m.")
     return Settings(warn_ratio=env.number("MIGRATION_WARN_RATIO", 0.8, minimum=0.01, maximum=1.0),
                     within=within,
                     namespaces=env.names("MIGRATION_NAMESPACES"),
@@ -44,5 +53,6 @@ def load(environ: Mapping[str, str]) -> Settings:
                     resolved_after=env.duration("MIGRATION_RESOLVED_AFTER", "6h"),
                     finding_renew_after=env.duration("FINDING_RENEW_AFTER", "15m"),
                     rescan=rescan_settings.load(environ),
+                    settle_every=settle_every,
                     cursor=env.object_ref("MIGRATION_CURSOR", "vmevents/vmevents-migration-report-cursor",
                                           optional=True))

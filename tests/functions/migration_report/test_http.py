@@ -78,6 +78,7 @@ def test_probe_answers_without_handling(client):
     ("MIGRATION_CURSOR", "just-a-name", "MIGRATION_CURSOR='just-a-name' is not namespace/name; use a value like "
                                         "vmevents/vmevents-migration-report-cursor (or empty for none)."),
     ("MIGRATION_CURSOR", "vmevents/Not_A_Name", "MIGRATION_CURSOR='vmevents/Not_A_Name' is not namespace/name"),
+    ("MIGRATION_SETTLE_EVERY", "1h", "MIGRATION_SETTLE_EVERY is over 30m: open findings are renewed only when"),
 ])
 def test_bad_setting_stops_the_start_naming_the_variable(serve, capsys, name, value, message):
     assert_stops_the_start(lambda: serve(SOURCE, **{name: value}), capsys, message)

@@ -6,6 +6,7 @@ an expired cursor falls back to the list; one migration's failure stops no other
 later migration of the same VMI that ended resolves the earlier finding from its row, or its change, alone."""
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -171,7 +172,8 @@ def test_an_expired_cursor_falls_back_to_the_list_and_reports_nothing_twice(clus
 
 
 def test_with_a_cursor_a_finding_whose_event_was_lost_is_reported_again_once(cluster):
-    """Its VMIM did not change again: the cursor remembers what was reported within the window."""
+    """Its VMIM did not change again: the cursor remembers what was reported within the window, and the next
+    tick that settles (within MIGRATION_SETTLE_EVERY) reports it again."""
     vmim = failed(cluster, "lost")
     assert findings(rescan(context(cluster), "tick-1")) == {vmim["metadata"]["name"]}
     assert rescan(context(cluster), "tick-2").reply is None
@@ -179,6 +181,39 @@ def test_with_a_cursor_a_finding_whose_event_was_lost_is_reported_again_once(clu
     [event] = [e for e in cluster.list("v1", "Event", "default")
                if e["involvedObject"]["uid"] == vmim["metadata"]["uid"] and e["reason"] == "MigrationReport"]
     cluster.delete("v1", "Event", "default", event["metadata"]["name"])
-    again = rescan(context(cluster), "tick-3")
+    assert rescan(context(cluster), "tick-3").reply is None  # settled a moment ago: not yet
+    again = rescan(context(cluster, minutes=6), "tick-4")
     assert findings(again) == {vmim["metadata"]["name"]} and "0 change(s) since the cursor" in again.reason
-    assert rescan(context(cluster), "tick-4").reply is None
+    assert rescan(context(cluster, minutes=12), "tick-5").reply is None
+
+
+def finding_lists(cluster) -> int:
+    return sum(1 for r in list(cluster.requests) if r.service_account == SA and r.resource == "events"
+               and r.verb == "list")
+
+
+def test_with_a_cursor_a_quiet_tick_reads_no_finding_and_one_settles_them_every_settle_period(cluster):
+    vmim = failed(cluster, "settle")
+    assert findings(rescan(context(cluster), "tick-1")) == {vmim["metadata"]["name"]}
+    lists = finding_lists(cluster)
+    quiet = rescan(context(cluster), "tick-2")
+    assert "none to look at" in quiet.reason and finding_lists(cluster) == lists, quiet.reason
+    later = rescan(context(cluster, minutes=5), "tick-3")    # MIGRATION_SETTLE_EVERY (5m) later
+    assert "none to look at" not in later.reason and finding_lists(cluster) == lists + 1, later.reason
+    settled_at = stored_cursor(cluster)["data"]["settledAt"]
+    ctx = context(cluster)
+    every = KubeContext(ctx.function, replace(ctx.settings, settle_every=timedelta(0)), ctx.clock, ctx.kube,
+                        ctx.recorder)
+    assert "none to look at" not in rescan(every, "tick-4").reason     # 0s: every tick settles
+    assert stored_cursor(cluster)["data"]["settledAt"] != settled_at
+
+
+@pytest.mark.parametrize("cursor", MODES)
+def test_a_redelivered_tick_answers_with_the_report_it_made(cluster, cursor):
+    vmim = failed(cluster, "again")
+    first = rescan(context(cluster, cursor=cursor), "tick-1")
+    assert findings(first) == {vmim["metadata"]["name"]}
+    assert rescan(context(cluster, cursor=cursor), "tick-2").reply is None
+    again = rescan(context(cluster, cursor=cursor), "tick-1")  # the broker never got the first answer
+    assert findings(again) == {vmim["metadata"]["name"]}
+    assert again.reply.data["findings"][0]["details"] == first.reply.data["findings"][0]["details"]
