@@ -275,9 +275,9 @@ def render(rows: list[Row]) -> str:
               "change (the same code measured twice). A list row: the tick without its cursor (the first, or one after "
               "the cursor expired); a settle row: a tick that reads every finding on record; both against the same "
               "naive ticks."]
-    idle = sorted({(r.vms, round(r.idle_cpu_per_s, 3)) for r in rows})
-    lines += ["API-server CPU is above its idle rate (CPU s per s, measured before each function's rounds): "
-              + ", ".join(f"{rate:.3f} at {vms}" for vms, rate in idle) + "."]
+    idle = {vms: [r.idle_cpu_per_s for r in rows if r.vms == vms] for vms in sorted({r.vms for r in rows})}
+    lines += ["API-server CPU is above its idle rate, measured before each function's rounds (CPU s per s): "
+              + ", ".join(f"{min(rates):.3f}–{max(rates):.3f} at {vms} VMs" for vms, rates in idle.items()) + "."]
     lines += _amortised(rows)
     return "\n".join(lines)
 

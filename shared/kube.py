@@ -281,8 +281,8 @@ class Kube:
         (timeoutSeconds). The watch cache sends what it kept since that version at once, then what happens
         while the watch lasts. `Changes.resource_version` is the last change's version (`since` when nothing
         changed): the next call starts there. Expired (410) when the cache no longer keeps `since`: list again.
-        No bookmarks are asked for: kube-apiserver 1.33 sends a watch with a deadline its first one 2 s
-        before the deadline and otherwise once a minute, so a short watch gets none (measured here)."""
+        No bookmarks are asked for: kube-apiserver 1.33's cacher plans them 2 s before a watch's deadline or
+        once a minute (cache_watcher.go nextBookmarkTime), and watches of 1-4 s got none (docs/api-cost.md)."""
         query = {"watch": "1", "resourceVersion": since, "timeoutSeconds": str(seconds)}
         data = self._send("GET", kind.path(namespace), query)
         found = Changes(resource_version=since)
