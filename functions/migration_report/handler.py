@@ -125,6 +125,8 @@ def rescan(ctx: KubeContext[Settings], delivery: str = "") -> Outcome:
         cursor.save(ctx.kube, ctx.settings.cursor, stored, parts, reported=cursor.recent(on_record, ctx.settings, now),
                     settled_at=now, replied_by=delivery if replies else None)
     reason = f"{_seen(parts)}, {len(replies)} finding(s) reported or resolved; {scan.progress()}"
+    if why != "listed":
+        reason += f"; settled the findings on record ({why})"
     if settled.failures or settled.stopped:
         reason += f"; findings on record: {settled.progress()}"
     if not done and ctx.settings.cursor is not None:
@@ -285,7 +287,8 @@ def _maybe_resolve(record: Record, listed: list[dict], ledger: Ledger, ctx: Kube
                    delivery: str) -> Notice | None:
     details = record.finding.details
     namespace, _, name = str(details.get("vmi") or "").partition("/")
-    # Gone? Restarted? Its uid says; from the watch cache: a stale answer delays a resolution by a tick.
+    # Gone? Restarted? Its uid says. From the watch cache, which lags but loses nothing: a VMI it does not show is
+    # gone or too new to be the migrated one (either ends the finding); a stale one only resolves a little later.
     vmi = ctx.kube.get_metadata(VMI, namespace or record.namespace, name, cached=True) if name else None
     why = ended(details, vmi, listed, record.opened_at, ctx.settings, ctx.clock())
     if why is None:
