@@ -145,7 +145,10 @@ _AS_METADATA = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io
 _AS_PARTIAL = "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io,application/json"  # one object
 _AS_TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"  # no fallback: full objects would read as no rows
 
-class Rows(list):
+RowList = list[dict]  # (named out here: inside Kube, `list` is the method)
+
+
+class Rows(RowList):
     """Table rows (`Kube.rows`), and the resourceVersion of the list they came from."""
 
     resource_version = ""
@@ -260,13 +263,13 @@ class Kube:
         return found
 
     def _row_pages(self, kind: Kind, namespace: str | None, label_selector: str | None, cached: bool,
-                   metadata: bool) -> Iterator[tuple[str, list[dict]]]:
+                   metadata: bool) -> Iterator[tuple[str, RowList]]:
         if not metadata and kind.namespaced and not namespace:
             raise ValueError(f"rows of {kind.plural} without metadata need a namespace: a row would not say its own")
         include = "Metadata" if metadata else "None"
         for page in self._pages(kind, namespace, label_selector, None, cached, _AS_TABLE, {"includeObject": include}):
             names = [str(c.get("name", "")).lower() for c in page.get("columnDefinitions") or ()]
-            rows = []
+            rows: RowList = []
             for row in page.get("rows") or ():
                 cells = dict(zip(names, row.get("cells") or (), strict=False))
                 if metadata:

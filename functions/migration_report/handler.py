@@ -80,9 +80,8 @@ def rescan(ctx: KubeContext[Settings], delivery: str = "") -> Outcome:
     parts = rescans.gather(namespaces, lambda namespace: cursor.scan(ctx.kube, namespace, since[namespace],
                                                                      ctx.settings, now), ctx.settings.rescan)
     ruled_in = [found for part in parts for found in part.candidates]
-    if ctx.settings.cursor is None or any(part.listed for part in parts):
-        why = "listed"
-    else:
+    why: str | None = "listed"  # why this tick settles the findings on record; None: it need not
+    if ctx.settings.cursor is not None and not any(part.listed for part in parts):
         why = "a change to look at" if ruled_in else cursor.settle_due(stored, ctx.settings, now, delivery)
     if why is None:  # nothing changed that matters, and the findings were settled a moment ago
         cursor.save(ctx.kube, ctx.settings.cursor, stored, parts)
