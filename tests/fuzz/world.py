@@ -17,6 +17,7 @@ from functions_framework import create_app
 from functions.device_conflict import assignment, reads
 from functions.device_conflict.index import Index
 from functions.migration_report import cursor
+from functions.migration_report.settings import Settings as MigrationSettings
 from shared import runtime
 from simcluster.alertmanager import Receiver
 from simcluster.apiserver import SimCluster
@@ -71,8 +72,9 @@ class FuzzWorld:
                              "data": assignment.data_of(assignment.entries(index.workloads()))})
         # migration-report's cursor as its ticks leave it: at the newest version and settled just now, so a tick
         # watches, sees no change and writes nothing.
+        namespace, name = MigrationSettings().cursor or ("", "")
         self.cluster.create({"apiVersion": "v1", "kind": "ConfigMap",
-                             "metadata": {"name": "vmevents-migration-report-cursor", "namespace": "vmevents"},
+                             "metadata": {"name": name, "namespace": namespace},
                              "data": {cursor.KEY: str(self.cluster.store.resource_version),
                                       cursor.SETTLED_AT: datetime.now(UTC).isoformat()}})
 
