@@ -159,18 +159,22 @@ def _ping() -> intake.Incoming:
                         b"{}")
 
 
-def _churn(admin: Kube) -> None:
-    """CHURN VMIM updates between two ticks (an annotation, new each time so that each patch is a write: no
-    function's decision changes), on migrations that ended long ago: the changes a tick sees most. A migration
-    that just ended is a change worth a look, and makes the tick settle: the "settle" row measures that tick."""
+def _long_done(admin: Kube) -> list[tuple[str, str]]:
+    """CHURN VMIMs that ended long ago (namespace, name): the changes a tick sees most. A migration that just
+    ended is a change worth a look, and makes the tick settle: the "settle" row measures that tick."""
     from functions.migration_report.decide import precheck
     from functions.migration_report.settings import Settings
 
     now, settings = utcnow(), Settings()
     done = (m for m in admin.list(VMIM, cached=True) if precheck(m, settings, now) is not None)
-    for vmim in itertools.islice(done, CHURN):
-        meta = vmim["metadata"]
-        admin.merge_patch(VMIM, meta["namespace"], meta["name"],
+    return [(m["metadata"]["namespace"], m["metadata"]["name"]) for m in itertools.islice(done, CHURN)]
+
+
+def _churn(admin: Kube, vmims: list[tuple[str, str]]) -> None:
+    """One write on each of these VMIMs, as migrations under way write between two ticks (an annotation, new
+    each time so that each patch is a write: no function's decision changes)."""
+    for namespace, name in vmims:
+        admin.merge_patch(VMIM, namespace, name,
                           {"metadata": {"annotations": {"bench.vmevents.io/churn": str(time.time_ns())}}})
 
 
@@ -179,9 +183,11 @@ def bench_size(plane: Any, cluster: Any, admin: Kube, plan: Plan, rounds: int,
     import importlib
 
     rows = []
+    churned = _long_done(admin)  # the same ones each round: listed once per size
     for function in FUNCTIONS:
         handler = importlib.import_module(f"functions.{function.package}.handler")
-        settings = importlib.import_module(f"functions.{function.package}.settings").load(function.env)
+        settings_module = importlib.import_module(f"functions.{function.package}.settings")
+        settings = settings_module.load(function.env)
         kube = Kube(cluster.api_client(service_account=function.service_account))
         ctx: KubeContext = KubeContext(function.name, settings, utcnow, kube, Recorder(kube, function.name))
         kind, namespace, name = function.event_of(plan)
@@ -192,18 +198,17 @@ def bench_size(plane: Any, cluster: Any, admin: Kube, plan: Plan, rounds: int,
         assert obj is not None, f"{kind.kind} {namespace}/{name} is missing from the population"
         ticks: dict[str, list[Sample]] = {"naive": [], "now": []}
         events: dict[str, list[Sample]] = {"naive": [], "now": []}
-        settings_module = importlib.import_module(f"functions.{function.package}.settings")
         variants = {what: KubeContext(function.name, settings_module.load({**function.env, **env}), utcnow, kube,
                                       ctx.recorder) for what, env in function.variants.items()}
         varied: dict[str, list[Sample]] = {what: [] for what in variants}
         measure(plane, kube, lambda h=handler, c=ctx: h.on_event(_ping(), c))  # warm: connections, first Events
         idle = idle_rate(plane)
         for _ in range(rounds):
-            _churn(admin)
+            _churn(admin, churned)
             ticks["naive"].append(measure(plane, kube, lambda f=function, c=ctx: f.naive_tick(c), idle))
             ticks["now"].append(measure(plane, kube, lambda h=handler, c=ctx: h.on_event(_ping(), c), idle))
             for what, variant in variants.items():
-                _churn(admin)
+                _churn(admin, churned)
                 varied[what].append(measure(plane, kube, lambda h=handler, c=variant: h.on_event(_ping(), c), idle))
             event = _event(kind, obj)
             if function.naive_event is not None:
