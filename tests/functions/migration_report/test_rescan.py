@@ -56,11 +56,11 @@ def findings(outcome, state: str = "detected") -> set[str]:
     return {f["details"]["migration"].rpartition("/")[2] for f in items if f["state"] == state}
 
 
-def vmim_reads(cluster) -> dict[str, int]:
-    """This function's reads of VMIMs so far, by verb."""
+def reads(cluster, resource: str = "virtualmachineinstancemigrations") -> dict[str, int]:
+    """This function's requests on that resource so far, by verb."""
     verbs: dict[str, int] = {}
     for r in list(cluster.requests):
-        if r.service_account == SA and r.resource == "virtualmachineinstancemigrations":
+        if r.service_account == SA and r.resource == resource:
             verbs[r.verb] = verbs.get(r.verb, 0) + 1
     return verbs
 
@@ -135,16 +135,16 @@ def test_with_a_cursor_a_quiet_tick_lists_no_migration_and_a_missed_one_is_found
     assert saved is not None and saved["data"]["resourceVersion"]
     assert saved["metadata"]["labels"]["app.kubernetes.io/managed-by"] == FUNCTION
     missed = failed(cluster, "missed")   # its events never reached the function
-    reads = vmim_reads(cluster)
+    before = reads(cluster)
     found = rescan(context(cluster), "tick-2")
     assert findings(found) == {missed["metadata"]["name"]} and "change(s) since the cursor" in found.reason
-    assert vmim_reads(cluster).get("list", 0) == reads.get("list", 0), "no VMIM was listed"
+    assert reads(cluster).get("list", 0) == before.get("list", 0), "no VMIM was listed"
     assert stored_cursor(cluster)["data"]["resourceVersion"] != saved["data"]["resourceVersion"]
-    counter, reads = full_reads(cluster, missed["metadata"]["name"]), vmim_reads(cluster)
+    counter, before = full_reads(cluster, missed["metadata"]["name"]), reads(cluster)
     quiet = rescan(context(cluster), "tick-3")
     assert quiet.reply is None and "0 change(s) since the cursor" in quiet.reason, quiet.reason
-    assert counter.hits == 0 and vmim_reads(cluster).get("list", 0) == reads.get("list", 0)
-    assert vmim_reads(cluster)["watch"] == reads["watch"] + 1
+    assert counter.hits == 0 and reads(cluster).get("list", 0) == before.get("list", 0)
+    assert reads(cluster)["watch"] == before["watch"] + 1
 
 
 def test_a_failure_keeps_the_cursor_so_the_next_tick_sees_the_same_changes(cluster):
@@ -188,8 +188,7 @@ def test_with_a_cursor_a_finding_whose_event_was_lost_is_reported_again_once(clu
 
 
 def finding_lists(cluster) -> int:
-    return sum(1 for r in list(cluster.requests) if r.service_account == SA and r.resource == "events"
-               and r.verb == "list")
+    return reads(cluster, "events").get("list", 0)
 
 
 def test_with_a_cursor_a_quiet_tick_reads_no_finding_and_one_settles_them_every_settle_period(cluster):
