@@ -30,10 +30,11 @@ class Component:
     packages: tuple[str, ...]
     binaries: tuple[str, ...]
     ldflags: str = "-s -w"
+    folder: str = ""   # the wrapper module's folder when it is not `name` (one folder per pinned version)
 
     @property
     def directory(self) -> Path:
-        return MODULES / self.name
+        return MODULES / (self.folder or self.name)
 
     @property
     def version(self) -> str:
@@ -58,7 +59,18 @@ KUBE = Component("kube", "k8s.io/kubernetes", ("./cmd/kube-apiserver", "./cmd/ku
 ETCD = Component("etcd", "go.etcd.io/etcd/server/v3", (".",), ("etcd",))
 KNATIVE = Component("knative", "knative.dev/eventing", ("knative.dev/eventing/cmd/apiserver_receive_adapter",),
                     ("apiserver_receive_adapter",))
-ALL = (KUBE, ETCD, KNATIVE)
+
+
+def _kubevirt(version: str) -> Component:
+    # One wrapper module per KubeVirt version: each pins its own go.mod/go.sum (docs/control-plane.md).
+    return Component("kubevirt", "kubevirt.io/kubevirt",
+                     ("kubevirt.io/kubevirt/cmd/virt-controller", "./kubevirt-manifests"),
+                     ("virt-controller", "kubevirt-manifests"), folder=f"kubevirt-{version}")
+
+
+KUBEVIRT_VERSIONS = ("v1.8.3", "v1.3.0", "v1.1.1")   # the newest first: the default, and the first built
+KUBEVIRT = {version: _kubevirt(version) for version in KUBEVIRT_VERSIONS}
+ALL = (KUBE, ETCD, KNATIVE, *KUBEVIRT.values())
 
 
 def cache_root() -> Path:
@@ -118,7 +130,7 @@ def ensure(component: Component, say=lambda text: None) -> Path:
 
 
 def ensure_all(say=lambda text: None) -> dict[str, Path]:
-    return {c.name: ensure(c, say) for c in ALL}
+    return {binary_dir(c).name: ensure(c, say) for c in ALL}
 
 
 def main() -> int:
