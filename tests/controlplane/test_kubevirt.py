@@ -4,6 +4,7 @@ running with its own ServiceAccount and ClusterRole, not the admin's, and listen
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -62,7 +63,7 @@ def cluster():
 def test_it_runs_as_its_own_service_account_with_virt_operators_role_not_admin(cluster, _):
     controller = cluster.virt_controller
     assert controller is not None and controller.running() and controller.version == "v1.8.3"
-    config = yaml.safe_load(open(cluster.kubeconfig(service_account=SA)).read())
+    config = yaml.safe_load(Path(cluster.kubeconfig(service_account=SA)).read_text())
     assert "token" in config["users"][0]["user"] and "client-key" not in config["users"][0]["user"]
     cluster.create({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
                     "metadata": {"name": "as-itself", "namespace": "default"},
