@@ -44,6 +44,7 @@ LAUNCHER_LABELS = {"kubevirt.io": "virt-launcher"}
 CREATED_BY_LABEL = "kubevirt.io/created-by"
 VM_NAME_LABEL = "vm.kubevirt.io/name"
 NODE_NAME_LABEL = "kubevirt.io/nodeName"
+MIGRATION_JOB_LABEL = "kubevirt.io/migrationJobUID"  # on a migration's target launcher pod
 DEFAULT_NODES: Mapping[str, Mapping[str, int]] = {"harvester-node-0": {}}
 # virt-handler's permanent device plugins advertise 1000 of each (cmd/virt-handler/virt-handler.go maxDevices,
 # pkg/virt-handler/device-manager/device_controller.go PermanentHostDevicePlugins); launcher pods request them.
@@ -784,6 +785,8 @@ class KubeVirtSim:
         if self._threads:
             return self
         self._stop.clear()
+        if self.node_only:
+            self._register_nodes()
         self._spawn("kubevirt-sim-worker", self._work)
         self._spawn("kubevirt-sim-resync", self._resync_loop)
         for kind in ("vm", "vmi", "pod"):
@@ -1094,6 +1097,24 @@ class KubeVirtSim:
         return self._kube.patch(plural, meta["namespace"], meta["name"], _finalizer_patch(obj, remaining))
 
     # -- the node stand-in (node_only: KubeVirt's virt-controller does the rest)
+    def _register_nodes(self) -> None:
+        """The Node objects, as each node's kubelet registers it (virt-controller's migration controller
+        looks the VMI's node up): allocatable devices, and virt-handler's schedulable label."""
+        for name, devices in self.nodes.items():
+            body = {"apiVersion": "v1", "kind": "Node",
+                    "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
+                                                          "kubevirt.io/schedulable": "true"}},
+                    "status": {"capacity": {"cpu": "64", "memory": "256Gi", "pods": "250",
+                                            **{k: str(v) for k, v in devices.items()}},
+                               "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "250",
+                                               **{k: str(v) for k, v in devices.items()}}}}
+            try:
+                self._kube.core.create_node(body)
+            except Exception as exc:  # noqa: BLE001
+                if _http_status(exc) != 409:  # registered by an earlier world: its devices may differ
+                    raise
+                self._kube.core.patch_node_status(name, {"status": body["status"]})
+
     def _sync_node(self, key: Key, vmi: dict | None) -> float | None:
         """One step of scheduler, kubelet and virt-handler for the VMI of `key` and its launcher pods."""
         ns, name = key
@@ -1121,20 +1142,62 @@ class KubeVirtSim:
                 self._schedule_pod(pod)
             elif pod_phase == "Pending":
                 self._run_pod(pod)
+        if vmi is not None and phase == "Running" and not is_deleting(vmi):
+            wait = self._step_wait(key)
+            if wait > 0 and _migrating(vmi):
+                return wait
+            if self._migration_step(vmi):
+                self._last_step[key] = time.monotonic()
+                return self.step_delay
         if vmi is not None and phase == "Scheduled" and not is_deleting(vmi):
             wait = self._step_wait(key)
             if wait > 0:
                 return wait
-            # virt-handler: the domain started (the VMI controller derives Ready from the pod's).
-            self._patch_vmi_status(vmi, with_phase(vmi, "Running", self.clock()))
+            # virt-handler: the domain started (the VMI controller derives Ready from the pod's). It reports the
+            # launcher's SELinux context, "none" on a node without SELinux; the migration controller needs it
+            # for the target pod (migration.go setTargetPodSELinuxLevel).
+            self._patch_vmi_status(vmi, {**with_phase(vmi, "Running", self.clock()), "selinuxContext": "none"})
             self._last_step[key] = time.monotonic()
         return None
 
+    def _migration_step(self, vmi: dict) -> bool:
+        """virt-handler's part of a live migration the migration controller handed to the VMI (its
+        migrationState names the target node): the target prepares (targetNodeAddress), the source starts
+        (startTimestamp), then it completes: the VMI runs on the target node, the source launcher exits."""
+        if not _migrating(vmi):
+            return False
+        meta, state = _meta(vmi), dict(_status(vmi)["migrationState"])
+        now = rfc3339(self.clock())
+        patch: dict = {}
+        if not state.get("targetNodeAddress"):
+            state.update(targetNodeAddress="10.0.0.2", targetNodeDomainDetected=True)
+        elif not state.get("startTimestamp"):
+            state.update(startTimestamp=now)
+        else:
+            state.update(completed=True, endTimestamp=now, targetNodeDomainReadyTimestamp=now)
+            patch = {"metadata": {"labels": {NODE_NAME_LABEL: state["targetNode"]}}}
+            for pod in self._kube.pods(meta["namespace"], f"{CREATED_BY_LABEL}={meta['uid']}"):
+                if (pod.get("spec") or {}).get("nodeName") != state["targetNode"]:
+                    self._finish_pod(pod, "Succeeded")  # the source launcher exits once the guest left
+        status = {"migrationState": state}
+        if state.get("completed"):
+            status["nodeName"] = state["targetNode"]
+        self._kube.patch(VMIS, meta["namespace"], meta["name"], {**patch, "status": status})
+        return True
+
     def _schedule_pod(self, pod: dict) -> None:
         """kube-scheduler: bind the pod to the first node with room for its device requests, or mark it
-        Unschedulable with the scheduler's message (the VMI controller copies that condition to the VMI)."""
+        Unschedulable with the scheduler's message (the VMI controller copies that condition to the VMI).
+        A migration target pod goes to another node than the VMI's other launcher (its pod anti-affinity on
+        `kubevirt.io/created-by`, pkg/virt-controller/services/template.go)."""
         meta, now = _meta(pod), self.clock()
-        node, why = schedule(pod_device_requests(pod), self.nodes, self._kube.pods())
+        nodes = self.nodes
+        if MIGRATION_JOB_LABEL in (meta.get("labels") or {}):
+            owner = (meta.get("labels") or {}).get(CREATED_BY_LABEL)
+            taken = {(p.get("spec") or {}).get("nodeName") for p in self._kube.pods(meta["namespace"])
+                     if _meta(p).get("labels", {}).get(CREATED_BY_LABEL) == owner and pod_holds_devices(p)}
+            nodes = {n: d for n, d in self.nodes.items() if n not in taken}
+        node, why = schedule(pod_device_requests(pod), nodes, self._kube.pods())
         if node is None:
             current = _condition(pod, "PodScheduled")
             if current and current.get("status") == "False" and current.get("message") == why:
@@ -1428,6 +1491,13 @@ class KubeVirtSim:
                     self._resync_now.set()  # devices freed
             elif meta.get("name"):
                 self._enqueue((meta.get("namespace", ""), meta["name"]))
+
+
+def _migrating(vmi: Mapping) -> bool:
+    """The migration controller handed a migration to the VMI (target node set) and it has not ended."""
+    state = _status(vmi).get("migrationState") or {}
+    return bool(state.get("targetNode") and state.get("migrationUid")) and not (state.get("completed")
+                                                                                 or state.get("failed"))
 
 
 def _finalizer_patch(obj: Mapping, finalizers: list[str]) -> list[dict]:

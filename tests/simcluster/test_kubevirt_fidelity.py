@@ -5,8 +5,9 @@ control plane, where virt-controller built from kubevirt.io/kubevirt at that ver
 only the node stand-in (scheduler, kubelet, virt-handler). The cases are the rows of vmi-cleanup's decision
 table (docs/facts.md §2): per version and run strategy, what follows a guest power-off (VMI Succeeded), a
 crash (Failed), the deletion of a final VMI (what vmi-cleanup does) and a start or stop request; then the
-launcher pod's device requests and an unschedulable VMI. One expectation per case, the same on both backends:
-where they disagreed, KubeVirt was right and the simulator was fixed (docs/control-plane.md lists each).
+launcher pod's device requests and an unschedulable VMI, and (real backend only: the simulator has no migration
+controller) a live migration driven by KubeVirt's migration controller. One expectation per case, the same on
+both backends: where they disagreed, KubeVirt was right and the simulator was fixed (docs/control-plane.md).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from tests import backends
 from tests.e2e import eventually, kubevirt_versions
 
 pytestmark = pytest.mark.e2e
-NODE = "harvester-node-0"
+NODE, OTHER_NODE = "harvester-node-0", "harvester-node-1"
 _names = itertools.count(1)
 KUBEVIRT = "kubevirt.io/v1"
 # How long a case watches for KubeVirt to start a VMI it must not start (the VM controller acts within
@@ -36,7 +37,7 @@ class World:
         self.made: list[str] = []
         self.cluster = backends.cluster(backend, version)
         try:
-            self.kubevirt = KubeVirtSim(self.cluster, step_delay=0.01, nodes={NODE: {VF: 1}}).start()
+            self.kubevirt = KubeVirtSim(self.cluster, step_delay=0.01, nodes={NODE: {VF: 1}, OTHER_NODE: {}}).start()
         except BaseException:
             self.cluster.stop()
             raise
@@ -221,3 +222,30 @@ def test_launcher_pod_requests_the_host_devices_and_the_second_vm_cannot_schedul
     assert blocked[0]["reason"] == "Unschedulable"
     assert f"Insufficient {VF}" in blocked[0]["message"]
     assert world.vmi(second)["status"]["phase"] == "Scheduling"
+
+
+# -- a live migration: KubeVirt's migration controller, the node stand-in's source and target ---------------
+PHASES = ["Pending", "Scheduling", "Scheduled", "PreparingTarget", "TargetReady", "Running", "Succeeded"]
+
+
+def test_a_live_migration_moves_the_vmi_to_another_node(world):
+    if world.backend == backends.SIM:
+        pytest.skip("the simulator has no migration controller (docs/control-plane.md: left to do)")
+    name = world.vm("Always")
+    world.running(name)
+    source = world.vmi(name)["status"]["nodeName"]
+    world.cluster.create({"apiVersion": KUBEVIRT, "kind": "VirtualMachineInstanceMigration",
+                          "metadata": {"name": f"{name}-mig", "namespace": "default"}, "spec": {"vmiName": name}})
+    vmim = eventually(lambda: (m := world.cluster.get(KUBEVIRT, "VirtualMachineInstanceMigration", "default",
+                                                        f"{name}-mig"))
+                      and (m.get("status") or {}).get("phase") in ("Succeeded", "Failed") and m,
+                      what="the migration ended", timeout=60)
+    assert vmim["status"]["phase"] == "Succeeded", vmim["status"]
+    seen = [t["phase"] for t in vmim["status"].get("phaseTransitionTimestamps") or []]
+    assert [p for p in PHASES if p in seen] == seen, seen  # in KubeVirt's order, none repeated
+    vmi = world.vmi(name)
+    assert vmi["status"]["phase"] == "Running" and vmi["status"]["nodeName"] not in ("", source)
+    assert vmi["status"]["migrationState"]["completed"] is True
+    targets = [p for p in world.launcher_pods(vmi)
+               if p["metadata"]["labels"].get("kubevirt.io/migrationJobUID") == vmim["metadata"]["uid"]]
+    assert len(targets) == 1 and targets[0]["spec"]["nodeName"] == vmi["status"]["nodeName"]

@@ -14,6 +14,7 @@ import json
 import pytest
 
 from simcluster.builders.devices import SEED_DEVICE, SEED_NODE, VF, host_device, seed_vm1, seed_vm2
+from simcluster.builders.io_pause import make_pvc
 from simcluster.play import virtctl_start
 from tests import e2e
 from tests.e2e import eventually
@@ -42,6 +43,13 @@ class World(e2e.World):
     def create(self, manifest, run_strategy=None):
         if run_strategy:
             manifest["spec"]["runStrategy"] = run_strategy
+        # The seed's disks are PVCs, there in Harvester: without one KubeVirt's VMI controller creates no
+        # launcher pod (FailedPvcNotFound, "PVC … does not exist, waiting for it to appear").
+        namespace = manifest["metadata"].get("namespace", "default")
+        for volume in manifest["spec"]["template"]["spec"].get("volumes") or []:
+            claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+            if claim and self.cluster.get("v1", "PersistentVolumeClaim", namespace, claim) is None:
+                self.cluster.create(make_pvc(claim, f"pvc-{claim}", namespace))
         self.cluster.create(manifest)
         return manifest["metadata"]["name"]
 

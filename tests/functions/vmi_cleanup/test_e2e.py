@@ -66,7 +66,7 @@ class World(e2e.World):
     def events(self, name, namespace="default"):
         """The Events vmi-cleanup recorded about this VM or VMI."""
         return [e for e in self.cluster.list("v1", "Event", namespace)
-                if e["involvedObject"]["name"] == name and e["reason"].startswith(("VMICleanedUp", "VMICleanup"))]
+                if e["involvedObject"].get("name") == name and e["reason"].startswith(("VMICleanedUp", "VMICleanup"))]
 
     def replies(self, type_suffix):
         """The findings' details of the reply CloudEvents the function sent back into the broker."""
