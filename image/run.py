@@ -62,11 +62,14 @@ class ContainerFunction(FunctionServer):
     def __init__(self, manifest: Mapping[str, Any], kubeconfig: str | os.PathLike | None = None,
                  env_overrides: Mapping[str, str] | None = None, on_log: Callable[[str], None] | None = None,
                  repo: Path | None = None, *, engine: Engine, image: str,
-                 grace: float = KNATIVE_GRACE_SECONDS) -> None:
+                 grace: float = KNATIVE_GRACE_SECONDS, mounts: Mapping[str, str] | None = None) -> None:
+        """mounts: {host path: container path}, read-only, beside what the pod settings mount (bench/image.py
+        mounts its no-op function this way)."""
         super().__init__(manifest, kubeconfig=None, env_overrides=env_overrides, on_log=on_log,
                          **({"repo": repo} if repo else {}))
         self.kubeconfig = str(kubeconfig) if kubeconfig else None
         self.engine, self.image, self.grace = engine, image, grace
+        self.mounts = dict(mounts or {})
         self.container = f"vmevents-{self.name}-{uuid.uuid4().hex[:8]}"
         self.exit_code: int | None = None
         self.stopped_in: float | None = None
@@ -99,6 +102,8 @@ class ContainerFunction(FunctionServer):
         env = {**self.env, "PORT": str(self.port), "HOST": "127.0.0.1", "K_SERVICE": self.name,
                "K_CONFIGURATION": self.name, "K_REVISION": f"{self.name}-00001"}
         env.update(self._credentials(args))
+        for host, inside in self.mounts.items():
+            args += ["--volume", f"{host}:{inside}:ro"]
         for key, value in env.items():
             args += ["--env", f"{key}={value}"]
         return [*args, self.image]
@@ -133,6 +138,23 @@ class ContainerFunction(FunctionServer):
             os.chown(path, uid, gid)
             os.chmod(path, 0o400)
         return env
+
+    def pids(self) -> list[int]:
+        """The container's processes as the host sees them (its first process and every descendant)."""
+        first = int(self.engine.run("inspect", "--format", "{{.State.Pid}}", self.container, timeout=60).stdout)
+        children: dict[int, list[int]] = {}
+        for status in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = status.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(fields[1]), []).append(int(status.parent.name))
+        found, todo = [], [first]
+        while todo:
+            pid = todo.pop()
+            found.append(pid)
+            todo += children.get(pid, [])
+        return found
 
     def start(self, timeout: float = 60.0) -> ContainerFunction:
         self.port = free_port()

@@ -264,3 +264,18 @@ def test_vmi_cleanup_from_the_image_acts_with_its_service_accounts_token_on_the_
         deletes = [r for r in world.cluster.requests if r.verb == "delete" and r.service_account == module.FUNCTION_SA]
         assert deletes, "vmi-cleanup's ServiceAccount deleted nothing"
         assert_clean_logs(world)
+
+
+def test_the_start_up_bench_measures_a_function_next_to_the_no_op(found_engine, sim):
+    """bench/image.py's measure() (make bench; the import-cost work reuses it) on one function, one round."""
+    from bench import image as bench_image
+
+    wanted = {"vmevents-dead-letter": SERVICES["vmevents-dead-letter"]}
+    samples = bench_image.measure(found_engine, IMAGE, wanted, lambda sa: sim.kubeconfig(service_account=sa),
+                                  rounds=1, idle=0.2)
+    assert set(samples) == {bench_image.NOOP, "vmevents-dead-letter"}
+    for rows in samples.values():
+        (row,) = rows
+        assert 0 < row.startup < 120 and 20 < row.pss <= row.rss < 192  # a Python server, under its memory limit
+    table = bench_image.summary(samples)
+    assert table[bench_image.NOOP]["rss_ratio"] == 1.0
