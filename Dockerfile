@@ -2,8 +2,10 @@
 # One image for every vmevents function: each Knative Service picks its function with
 # FUNCTION_TARGET and FUNCTION_SOURCE (functions-framework reads both from the environment).
 # Build: `make image` (podman or docker; where no base image can be pulled, PYTHON_IMAGE is a Python 3.11
-# base built from Debian's packages by image/base.py, which holds the same interpreter under /usr). Runs as a non-root numeric user on a read-only root
-# filesystem: nothing is written to the image at run time (bytecode is compiled here).
+# base built from Debian's packages by image/base.py, which holds the same interpreter under /usr).
+# Runs as a non-root numeric user on a read-only root filesystem: nothing is written to the image at run
+# time (bytecode is compiled here). The run-time stage holds only what the interpreter and the venv need
+# (image/rootfs.py): no shell, no package manager.
 ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
@@ -27,9 +29,11 @@ RUN --mount=type=secret,id=pip-cert \
     /opt/vmevents/bin/pip install --require-virtualenv --no-deps /src \
  && /opt/vmevents/bin/pip check \
  && /opt/vmevents/bin/python -m compileall -q -j 0 /opt/vmevents
+COPY image/rootfs.py /src/rootfs.py
+RUN /opt/vmevents/bin/python /src/rootfs.py /rootfs
 
-FROM ${PYTHON_IMAGE}
-COPY --from=build /opt/vmevents /opt/vmevents
+FROM scratch
+COPY --from=build /rootfs /
 # FUNCTION_SOURCE paths (functions/<name>/main.py) are relative to the installed packages, so the
 # file functions-framework loads and the modules it imports are the same, compiled, files.
 WORKDIR /opt/vmevents/lib/python3.11/site-packages
@@ -41,7 +45,7 @@ WORKDIR /opt/vmevents/lib/python3.11/site-packages
 # else at $HOME/.gunicorn/ (gunicorn/config.py _get_default_control_socket, read when gunicorn is imported);
 # functions-framework passes gunicorn no options, so this is the one handle: on the tmpfs, not the read-only
 # root ("[ERROR] Control server error: [Errno 30] Read-only file system").
-ENV PATH=/opt/vmevents/bin:$PATH \
+ENV PATH=/opt/vmevents/bin \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     TMPDIR=/dev/shm \

@@ -38,7 +38,8 @@ def test_base_image_is_pinned():
     default = re.search(r"^ARG PYTHON_IMAGE=(\S+)", DOCKERFILE, re.M).group(1)
     assert "@sha256:" in default or re.fullmatch(r"python:3\.11\.\d+-slim-\w+", default), \
         f"pin the base image by digest or an exact version tag, not {default}"
-    assert all(line.split()[0] == "${PYTHON_IMAGE}" for line in instructions("FROM"))
+    stages = [line.split()[0] for line in instructions("FROM")]
+    assert stages == ["${PYTHON_IMAGE}", "scratch"], "build on PYTHON_IMAGE, run from image/rootfs.py's files only"
 
 
 def test_runs_as_a_non_root_numeric_user():
@@ -279,3 +280,13 @@ def test_the_start_up_bench_measures_a_function_next_to_the_no_op(found_engine, 
         assert 0 < row.startup < 120 and 20 < row.pss <= row.rss < 192  # a Python server, under its memory limit
     table = bench_image.summary(samples)
     assert table[bench_image.NOOP]["rss_ratio"] == 1.0
+
+
+def test_the_image_has_no_shell_and_no_package_manager(found_engine):
+    for program in ("/bin/sh", "/usr/bin/apt-get", "/opt/vmevents/bin/pip"):
+        done = found_engine.run("run", "--rm", "--entrypoint", program, IMAGE, "--version", check=False, timeout=120)
+        assert done.returncode != 0, f"{program} runs in the image"
+    done = found_engine.run("run", "--rm", "--entrypoint", "python", IMAGE, "-c",
+                            "import importlib.util as u; print([m for m in ('pip', 'setuptools', 'kubernetes.aio') "
+                            "if u.find_spec(m.split('.')[0]) and u.find_spec(m)])", timeout=120)
+    assert done.stdout.strip() == "[]"
