@@ -74,7 +74,7 @@ def shared_libraries(files: list[Path]) -> set[Path]:
 
 
 def main(root: Path) -> int:
-    interpreter = Path(sys._base_executable)  # the base python the venv points at (a link to python3.11)
+    interpreter = Path(getattr(sys, "_base_executable", sys.executable))  # the base python the venv points at (a link to python3.11)
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     dynload = Path(sysconfig.get_config_var("DESTSHARED") or stdlib / "lib-dynload")
     for path in (interpreter, Path(os.path.realpath(interpreter)), VENV):
@@ -111,9 +111,9 @@ def main(root: Path) -> int:
     (root / "etc/passwd").write_text(f"root:x:0:0:root:/root:/sbin/nologin\n"
                                      f"nonroot:x:{NONROOT}:{NONROOT}:nonroot:/home/nonroot:/sbin/nologin\n")
     (root / "etc/group").write_text(f"root:x:0:\nnonroot:x:{NONROOT}:\n")
-    for folder, mode in (("tmp", 0o1777), ("dev/shm", 0o1777), ("home/nonroot", 0o755)):
-        (root / folder).mkdir(parents=True, exist_ok=True)
-        os.chmod(root / folder, mode)
+    for name, mode in (("tmp", 0o1777), ("dev/shm", 0o1777), ("home/nonroot", 0o755)):
+        (root / name).mkdir(parents=True, exist_ok=True)
+        os.chmod(root / name, mode)
     os.chown(root / "home/nonroot", NONROOT, NONROOT)
     # Bytecode for the standard library as copied (Debian compiles it at install time, python:slim ships it).
     compileall.compile_dir(str(root / stdlib.relative_to("/")), quiet=1, workers=0)
