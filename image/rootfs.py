@@ -74,7 +74,8 @@ def shared_libraries(files: list[Path]) -> set[Path]:
 
 
 def main(root: Path) -> int:
-    interpreter = Path(getattr(sys, "_base_executable", sys.executable))  # the base python the venv points at (a link to python3.11)
+    # the base python the venv points at (a link to python3.11)
+    interpreter = Path(getattr(sys, "_base_executable", sys.executable))
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     dynload = Path(sysconfig.get_config_var("DESTSHARED") or stdlib / "lib-dynload")
     for path in (interpreter, Path(os.path.realpath(interpreter)), VENV):
