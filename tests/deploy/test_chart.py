@@ -167,6 +167,7 @@ def kubectl_admin(cluster, *args: str, stdin: str | None = None, check: bool = T
 
 
 @pytest.mark.real
+@pytest.mark.timeout(900)  # deleting and re-creating the vmevents namespace twice on a loaded machine
 def test_helm_install_puts_every_object_of_the_chart_on_the_real_control_plane(helm, real_cluster):
     cluster = real_cluster
     # RealCluster applied deploy/ with kubectl; helm takes over only what it created, so remove that first.
@@ -186,10 +187,10 @@ def test_helm_install_puts_every_object_of_the_chart_on_the_real_control_plane(h
                                             if "/" in obj["apiVersion"] else obj["kind"], meta["name"], "-o",
                                             "json").stdout)
             assert live["metadata"]["annotations"]["meta.helm.sh/release-name"] == "vmevents", key(obj)
-        done = run_helm(helm, "uninstall", "vmevents", "--namespace", "default", "--wait", env=env)
+        done = run_helm(helm, "uninstall", "vmevents", "--namespace", "default", env=env)
         assert "uninstalled" in done.stdout
     finally:
-        run_helm(helm, "uninstall", "vmevents", "--namespace", "default", "--wait", check=False, env=env)
+        run_helm(helm, "uninstall", "vmevents", "--namespace", "default", check=False, env=env)
         _wait_gone(cluster, "namespace", "vmevents")
         cluster.apply_deploy()  # as RealCluster.start left it, for whatever runs next on this control plane
 
@@ -202,6 +203,7 @@ def _wait_gone(cluster, kind: str, name: str, timeout: float = 120.0):
 
 
 @pytest.mark.real
+@pytest.mark.timeout(300)
 def test_the_addon_manifest_is_accepted_by_the_addon_crds_schema(real_cluster, tmp_path: Path):
     cluster = real_cluster
     kubectl_admin(cluster, "apply", "--server-side", "-f", str(ADDON_CRD))

@@ -216,7 +216,8 @@ STORIES = {
     "vmi-cleanup": ("vmi_cleanup", "test_manual_vm_powered_off_its_vmi_is_deleted_and_the_vm_stays_off"),
     "device-conflict": ("device_conflict",
                         "test_double_assigned_warns_on_both_before_anyone_starts_and_resolves_when_a_spec_changes"),
-    "io-pause-report": ("io_pause_report", "test_out_of_space_names_the_volume_and_its_size"),
+    # (ticks re-read what a slow container missed; a one-pause story races the guest resuming under load)
+    "io-pause-report": ("io_pause_report", "test_a_flapping_vm_gets_one_report_with_a_rising_count_then_one_resolved"),
     "migration-report": ("migration_report", "test_a_completion_timeout_is_explained_with_kubevirts_numbers_once"),
     "alert-forwarder": ("alert_forwarder", "test_a_device_conflict_arrives_with_the_right_labels_and_annotations"),
 }
@@ -237,6 +238,7 @@ def assert_clean_logs(world):
 
 
 @pytest.mark.e2e
+@pytest.mark.timeout(600)  # seven containers start before the story, each a few seconds on a loaded machine
 @pytest.mark.parametrize("function", sorted(STORIES))
 def test_each_function_from_the_image_handles_an_event_of_its_kind(found_engine, function):
     package, story = STORIES[function]
@@ -251,6 +253,7 @@ def test_each_function_from_the_image_handles_an_event_of_its_kind(found_engine,
 
 @pytest.mark.e2e
 @pytest.mark.real
+@pytest.mark.timeout(600)
 def test_vmi_cleanup_from_the_image_acts_with_its_service_accounts_token_on_the_real_control_plane(found_engine):
     missing = backends.real_missing()
     if missing and not backends.in_ci():
