@@ -201,8 +201,13 @@ class ContainerFunction(FunctionServer):
             self._secrets = None
 
 
-def factory(engine: Engine, image: str, **options: Any) -> Callable[..., ContainerFunction]:
-    """A LocalKnative `function_server`: every Knative Service runs from `image`."""
+def factory(engine: Engine, image: str, env: Mapping[str, Mapping[str, str]] | None = None,
+            **options: Any) -> Callable[..., ContainerFunction]:
+    """A LocalKnative `function_server`: every Knative Service runs from `image`; `env` adds settings by
+    Service name over the caller's overrides."""
     def make(manifest, **kwargs):
+        extra = (env or {}).get(manifest["metadata"]["name"])
+        if extra:
+            kwargs["env_overrides"] = {**(kwargs.get("env_overrides") or {}), **extra}
         return ContainerFunction(manifest, engine=engine, image=image, **kwargs, **options)
     return make
