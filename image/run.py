@@ -74,6 +74,7 @@ class ContainerFunction(FunctionServer):
         self.exit_code: int | None = None
         self.stopped_in: float | None = None
         self._secrets: str | None = None
+        self.args: list[str] = []  # the engine's arguments, once started
 
     @property
     def pod_spec(self) -> Mapping[str, Any]:
@@ -109,9 +110,12 @@ class ContainerFunction(FunctionServer):
         return [*args, self.image]
 
     def _credentials(self, args: list[str]) -> dict[str, str]:
-        """Mounts for what a pod of this ServiceAccount gets, appended to args; the env they need."""
+        """Mounts for what a pod of this ServiceAccount gets, appended to args; the env they need. The files
+        go in a fresh folder each call (the previous one removed), which stop() removes."""
         if self.pod_spec.get("automountServiceAccountToken") is False or not self.kubeconfig:
             return {}
+        if self._secrets:
+            shutil.rmtree(self._secrets, ignore_errors=True)
         uid, gid = image_user(self.engine, self.image)
         self._secrets = tempfile.mkdtemp(prefix=f"vmevents-{self.name}-")
         os.chmod(self._secrets, 0o755)  # the container's user must reach the files, each readable by it alone
@@ -158,7 +162,8 @@ class ContainerFunction(FunctionServer):
 
     def start(self, timeout: float = 60.0) -> ContainerFunction:
         self.port = free_port()
-        command = self.engine.command(*self.run_args())
+        self.args = self.run_args()
+        command = self.engine.command(*self.args)
         self._proc = subprocess.Popen(command, env={**os.environ, **self.engine.env}, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True, bufsize=1, start_new_session=True)
         for stream, label in ((self._proc.stdout, "stdout"), (self._proc.stderr, "stderr")):

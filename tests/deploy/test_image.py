@@ -154,6 +154,7 @@ def test_each_function_starts_clean_answers_its_probe_and_stops_on_sigterm(found
     import requests
 
     function = _start(found_engine, sim, name)
+    secrets = function._secrets  # the token or kubeconfig folder it mounts (none for dead-letter)
     try:
         probe = SERVICES[name]["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["path"]
         answer = requests.get(function.url.rstrip("/") + probe, timeout=10)
@@ -165,6 +166,7 @@ def test_each_function_starts_clean_answers_its_probe_and_stops_on_sigterm(found
     assert not bad, f"{name} printed at start:\n" + "\n".join(bad)
     assert function.exit_code == 0, f"{name} exited {function.exit_code} on SIGTERM:\n" + "\n".join(function.logs())
     assert function.stopped_in < run.KNATIVE_GRACE_SECONDS / 10, f"{name} took {function.stopped_in:.1f}s to stop"
+    assert secrets is None or not os.path.exists(secrets), "the credentials' folder outlived the container"
 
 
 def test_without_its_runtime_dir_gunicorn_fails_on_the_read_only_root(found_engine, sim):
@@ -265,8 +267,8 @@ def test_vmi_cleanup_from_the_image_acts_with_its_service_accounts_token_on_the_
     module, world = image_world(found_engine, "vmi_cleanup", backends.REAL)
     with world:
         server = world.knative.functions["vmi-cleanup"]
-        assert "KUBERNETES_SERVICE_HOST=127.0.0.1" in server.run_args() or any(
-            a.startswith("KUBERNETES_SERVICE_HOST=") for a in server.run_args())
+        assert any(a.startswith("KUBERNETES_SERVICE_HOST=") for a in server.args), "the in-cluster path"
+        assert not any(a.startswith("KUBECONFIG=") for a in server.args)
         module.test_manual_vm_powered_off_its_vmi_is_deleted_and_the_vm_stays_off(world)
         # The deletion was made by the function's own ServiceAccount (the API server's audit log says who).
         deletes = [r for r in world.cluster.requests if r.verb == "delete" and r.service_account == module.FUNCTION_SA]
