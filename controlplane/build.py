@@ -29,7 +29,7 @@ class Component:
     module: str        # the upstream module whose version keys the cache
     packages: tuple[str, ...]
     binaries: tuple[str, ...]
-    ldflags: str = "-s -w"
+    ldflags: str = "-s -w"  # {version} becomes the module's version
     folder: str = ""   # the wrapper module's folder when it is not `name` (one folder per pinned version)
 
     @property
@@ -59,6 +59,10 @@ KUBE = Component("kube", "k8s.io/kubernetes", ("./cmd/kube-apiserver", "./cmd/ku
 ETCD = Component("etcd", "go.etcd.io/etcd/server/v3", (".",), ("etcd",))
 KNATIVE = Component("knative", "knative.dev/eventing", ("knative.dev/eventing/cmd/apiserver_receive_adapter",),
                     ("apiserver_receive_adapter",))
+# Helm installs deploy/chart on the real control plane (tests/deploy/test_chart.py); its version is stamped so
+# `helm version` reports it (helm.sh/helm/v3/internal/version/version.go, `version` is set by the Makefile).
+HELM = Component("helm", "helm.sh/helm/v3", ("helm.sh/helm/v3/cmd/helm",), ("helm",),
+                 ldflags="-s -w -X helm.sh/helm/v3/internal/version.version={version}")
 
 
 def _kubevirt(version: str) -> Component:
@@ -70,7 +74,7 @@ def _kubevirt(version: str) -> Component:
 
 KUBEVIRT_VERSIONS = ("v1.8.3", "v1.3.0", "v1.1.1")   # the newest first: the default, and the first built
 KUBEVIRT = {version: _kubevirt(version) for version in KUBEVIRT_VERSIONS}
-ALL = (KUBE, ETCD, KNATIVE, *KUBEVIRT.values())
+ALL = (KUBE, ETCD, KNATIVE, HELM, *KUBEVIRT.values())
 
 
 def cache_root() -> Path:
@@ -107,7 +111,8 @@ def ensure(component: Component, say=lambda text: None) -> Path:
         partial = target.with_name(target.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir()
-        ldflags = _kube_ldflags(component.version) if component is KUBE else component.ldflags
+        ldflags = (_kube_ldflags(component.version) if component is KUBE
+                   else component.ldflags.format(version=component.version))
         env = dict(os.environ, CGO_ENABLED="0", GOTOOLCHAIN="local", GOFLAGS="-mod=readonly")
         log = target.parent / f"{component.name}-{component.version}.build.log"
         say(f"building {component.name} {component.version} with {go} (a cold build takes minutes; log: {log})")
