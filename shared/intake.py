@@ -14,7 +14,7 @@ selector: a name with a `/`, `?` or `,` in it is a 400 before any API call.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -238,7 +238,7 @@ class EnvironCe(Mapping[str, str]):
     def __init__(self, environ: Mapping[str, Any]):
         self._environ = environ
 
-    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]  # the hot path
+    def get(self, name: str, default: Any = None) -> Any:  # the hot path
         key = _ENVIRON_KEYS.get(name) or environ_key(name)
         return self._environ.get(key, "" if key == "CONTENT_TYPE" else default)  # as wsgi_headers has it
 
@@ -246,9 +246,9 @@ class EnvironCe(Mapping[str, str]):
         value = self.get(name)
         if value is None:
             raise KeyError(name)
-        return value
+        return str(value)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(wsgi_headers(self._environ))
 
     def __len__(self) -> int:

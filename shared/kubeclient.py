@@ -65,7 +65,7 @@ def load() -> None:
             return
         for name in _DEFERRED:
             _deferred_package(name)
-        client = sys.modules["kubernetes.client"]
+        client: Any = sys.modules["kubernetes.client"]
         # What kubernetes/client/__init__.py exports and kubernetes.config imports by name from it.
         client.Configuration = importlib.import_module("kubernetes.client.configuration").Configuration
         client.ApiClient = importlib.import_module("kubernetes.client.api_client").ApiClient
