@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import flask
 import orjson
 
-from shared import intake
+from shared import intake, wsgi
 from shared.errors import BadEvent, VmeventsError, http_answer
 from shared.replies import Reply
 from shared.settings import SettingsError
@@ -136,8 +136,8 @@ class FunctionApp:
         try:
             # get_data() caches: functions-framework reads the body again after every request.
             body = request.get_data()
-            if self.prefilter and not self.prefilter(intake.EnvironCe(environ), body, self.context.settings):
-                intake.check_binary_environ(environ)  # a valid envelope; the data is not even decoded
+            if self.prefilter and not self.prefilter(wsgi.EnvironCe(environ), body, self.context.settings):
+                wsgi.check_binary_environ(environ)  # a valid envelope; the data is not even decoded
                 outcome = IRRELEVANT
             else:
                 event = intake.parse(intake.wsgi_headers(environ), body)

@@ -1,7 +1,7 @@
 """The irrelevant-event path's shortcuts say what the long way says (issue 25).
 
 The runtime answers an event a prefilter rules out with the headers read from the WSGI environ where they
-lie (intake.EnvironCe, check_binary_environ) and writes its log line without write_line's pass over every
+lie (wsgi.EnvironCe, check_binary_environ) and writes its log line without write_line's pass over every
 value when nothing needs clipping; the kubernetes client is imported without its models (shared/kubeclient).
 Each shortcut is checked against the way it replaces, on ordinary and hostile input.
 """
@@ -15,7 +15,7 @@ import sys
 import pytest
 from werkzeug.test import EnvironBuilder
 
-from shared import intake, runtime
+from shared import intake, runtime, wsgi
 from shared.errors import BadEvent
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -33,7 +33,7 @@ def environ(headers: dict[str, str]) -> dict:
 def test_the_lazy_headers_are_the_headers(drop):
     headers = {k: v for k, v in GOOD.items() if k != drop}
     env = environ(headers)
-    lazy, eager = intake.EnvironCe(env), intake.wsgi_headers(env)
+    lazy, eager = wsgi.EnvironCe(env), intake.wsgi_headers(env)
     assert dict(lazy) == eager and len(lazy) == len(eager)
     for name in [*GOOD, "ce-missing", "CE-TYPE"]:
         expected = eager.get(name.lower() if name.startswith("CE-") else name)
@@ -57,10 +57,10 @@ def test_checking_the_envelope_in_the_environ_is_check_binary(headers):
         intake.check_binary(intake.wsgi_headers(env))
     except BadEvent as exc:
         with pytest.raises(BadEvent) as fast:
-            intake.check_binary_environ(env)
+            wsgi.check_binary_environ(env)
         assert fast.value.message == exc.message
     else:
-        intake.check_binary_environ(env)
+        wsgi.check_binary_environ(env)
 
 
 def _lines(capsys_or_list):
