@@ -14,8 +14,9 @@ from simcluster.paths import DEPLOY_DIR
 from tests import backends
 from tests.delivery import Recorder, session_knative, trigger
 
-pytestmark = [pytest.mark.real, pytest.mark.timeout(900), pytest.mark.skipif(backends.real_missing() is not None and not backends.in_ci(),
-                                                   reason=f"real control plane: {backends.real_missing()}")]
+pytestmark = [pytest.mark.real, pytest.mark.timeout(900),
+              pytest.mark.skipif(backends.real_missing() is not None and not backends.in_ci(),
+                                 reason=f"real control plane: {backends.real_missing()}")]
 KNATIVE_KINDS = {"Broker", "Trigger", "Service", "ApiServerSource", "PingSource"}
 OVERLAYS = sorted(p.name for p in (DEPLOY_DIR / "overlays").iterdir())
 
@@ -43,8 +44,12 @@ def _kubeconfig():
 def _create_dry_run(docs: list[dict]) -> list[dict]:
     out = kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", kubeconfig=_kubeconfig(),
                   stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
-    answer = json.loads(out)
-    return answer.get("items", [answer])
+    decoder, objects, at = json.JSONDecoder(), [], 0
+    while out[at:].strip():  # kubectl prints one JSON document per object
+        at += len(out[at:]) - len(out[at:].lstrip())
+        obj, at = decoder.raw_decode(out, at)
+        objects += obj.get("items", [obj])
+    return objects
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
