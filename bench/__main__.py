@@ -3,7 +3,7 @@ import importlib
 import sys
 
 ALL = ["vmi_cleanup", "device_conflict", "migration_report", "io_pause_report", "alert_forwarder", "api_cost",
-       "broker"]
+       "image", "broker"]
 
 
 def main(argv: list[str]) -> int:
