@@ -13,6 +13,8 @@ import time
 from collections.abc import Iterable
 from email.utils import parsedate_to_datetime
 
+from shared.redact import scrub_urls
+
 
 class VmeventsError(Exception):
     """Base of every error that maps to an HTTP answer."""
@@ -73,6 +75,7 @@ def http_answer(error: Exception) -> tuple[int, dict[str, str], bytes]:
     """(status, headers, body) for an error; anything unexpected is a 500 (the broker retries it)."""
     status = error.status if isinstance(error, VmeventsError) else 500
     message = error.message if isinstance(error, VmeventsError) else f"internal error: {error!r}"
+    message = scrub_urls(message)  # a URL is shown by its origin only, whoever wrote the message
     headers = {"Content-Type": "application/json"}
     retry_after = getattr(error, "retry_after", None)
     if retry_after is not None:

@@ -8,6 +8,7 @@ from kubernetes import config as k8s_config
 from urllib3 import Retry
 
 from shared.kube import Kube
+from shared.redact import scrub_urls
 
 
 def _configuration() -> k8s.Configuration:
@@ -47,5 +48,5 @@ def connect() -> Kube:
 
 def _one_line(error: Exception) -> str:
     """An exception as one short line: the client's messages can span lines (YAML marks) or quote a whole file."""
-    text = " ".join(str(error).split()) or type(error).__name__
+    text = scrub_urls(" ".join(str(error).split())) or type(error).__name__
     return text if len(text) <= 200 else text[:197] + "..."

@@ -25,6 +25,7 @@ import orjson
 
 from shared import intake
 from shared.errors import BadEvent, VmeventsError, http_answer
+from shared.redact import scrub_urls
 from shared.replies import Reply
 from shared.settings import SettingsError
 
@@ -169,7 +170,8 @@ class FunctionApp:
              status: int, started: float) -> None:
         write_line({
             "function": self.name, "event_id": event_id, "event_type": event_type, "subject": subject,
-            "verdict": outcome.verdict, "effect": outcome.effect, "reason": outcome.reason, "outcome": status,
+            "verdict": outcome.verdict, "effect": outcome.effect, "reason": scrub_urls(outcome.reason),
+            "outcome": status,
             "reply": outcome.reply.type if outcome.reply else None,
             "duration_ms": round((time.perf_counter() - started) * 1000, 3),
         })
