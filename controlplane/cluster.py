@@ -6,6 +6,8 @@ with `kubectl apply -k`, so the namespace, ServiceAccounts, ClusterRoles, bindin
 the ones an operator gets. Each function then gets a token for its own ServiceAccount from the TokenRequest
 API, as a pod would, and the real RBAC authorizer judges every request it makes. `requests` reads the API
 server's audit log, so the same least-privilege check as on the simulator runs against the real thing.
+The functions' kubeconfigs point at a fault-injecting proxy in front of kube-apiserver
+(controlplane/faultproxy.py): `faults` is the same API as the simulator's, so fault tests run on both.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from typing import Any
 import yaml
 
 from controlplane import crds
+from controlplane.faultproxy import FaultProxy
 from controlplane.server import ControlPlane
 from simcluster.apiserver import AuditRecord
 from simcluster.paths import DEPLOY_DIR
@@ -58,8 +61,10 @@ class RealCluster:
     backend = "real"
 
     def __init__(self, plane: ControlPlane, kubevirt_version: str = "1.3.1", kubevirt_namespace: str = "kubevirt",
-                 overlay: str = "default"):
+                 overlay: str = "default", fault_proxy: bool = True):
         self.plane = plane
+        self.fault_proxy = fault_proxy
+        self.proxy: FaultProxy | None = None
         self.kubevirt_version = kubevirt_version
         self.kubevirt_namespace = kubevirt_namespace
         self.overlay = overlay
@@ -79,6 +84,9 @@ class RealCluster:
         from kubernetes import config
 
         self._admin = config.new_client_from_config(config_file=str(self.plane.admin_kubeconfig))
+        if self.fault_proxy:
+            pki = self.plane.pki
+            self.proxy = FaultProxy(self.plane.url, pki.ca_cert, pki.server_cert, pki.server_key).start()
         self.install_crds()
         self.reset()
         for namespace in dict.fromkeys(("default", self.kubevirt_namespace, "vmevents")):
@@ -95,6 +103,16 @@ class RealCluster:
         if self._admin is not None:
             self._admin.close()
             self._admin = None
+        if self.proxy is not None:
+            self.proxy.stop()
+            self.proxy = None
+
+    @property
+    def faults(self):
+        """The faults the proxy injects into the functions' requests (simcluster.faults.Faults)."""
+        if self.proxy is None:
+            raise RealClusterError("this RealCluster runs without its fault proxy (fault_proxy=False)")
+        return self.proxy.faults
 
     def __enter__(self) -> RealCluster:
         return self.start()
@@ -198,7 +216,8 @@ class RealCluster:
                                        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
                                         "spec": {"expirationSeconds": 86400}})
                 path = self.plane.write_kubeconfig(service_account, {"token": answer["status"]["token"]},
-                                                   namespace=namespace)
+                                                   namespace=namespace,
+                                                   server=self.proxy.url if self.proxy else None)
                 self._kubeconfigs[service_account] = str(path)
             return self._kubeconfigs[service_account]
 

@@ -265,6 +265,7 @@ class Delivery:
     reply_type: str | None = None
     dead_lettered: bool = False   # True for the attempt that sent the event to the dead-letter sink
     target: str = ""
+    retry_after: str | None = None  # the subscriber's Retry-After (tests: a 429 from the API reaches the broker)
     at: float = field(default_factory=time.time)
 
     @property
@@ -278,6 +279,7 @@ class _Outcome:
     error: str | None
     body: bytes
     reply: CloudEvent | None
+    retry_after: str | None = None  # the subscriber's Retry-After header, as it answered
 
 
 def _retryable(outcome: _Outcome) -> bool:
@@ -322,7 +324,7 @@ def post_event(url: str, event: CloudEvent, timeout: float | None,
     content = response.content or b""
     if not 200 <= response.status_code < 300:
         return _Outcome(response.status_code, f"unexpected HTTP response, expected 2xx, got {response.status_code}",
-                        content, None)
+                        content, None, response.headers.get("Retry-After"))
     if _is_cloudevent_response(response.headers):
         try:
             reply = from_http(dict(response.headers), content, data_unmarshaller=lambda raw: raw)
@@ -561,7 +563,7 @@ class Broker:
                 trigger=trigger, attempt=attempt, status=outcome.status, error=outcome.error,
                 reply_id=outcome.reply["id"] if outcome.reply is not None else None,
                 reply_type=outcome.reply["type"] if outcome.reply is not None else None,
-                dead_lettered=dead_letter, target=url,
+                dead_lettered=dead_letter, target=url, retry_after=outcome.retry_after,
             ))
             if outcome.error is None or not _retryable(outcome) or attempt > spec.retry:
                 break
