@@ -14,13 +14,13 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as TransportError
 
-from shared.errors import PermanentError, TemporaryError, parse_retry_after
+from shared.errors import PermanentError, TemporaryError, parse_retry_after, refused_request
 
 # (connect, read) seconds: a hung API server must turn into a 5xx before the broker's delivery
 # timeout, so the broker redelivers instead of giving up on a slow attempt.
@@ -87,30 +87,9 @@ class Conflict(TemporaryError, KubeError):
 
 
 class Forbidden(TemporaryError, KubeError):
-    """403: the shipped RBAC does not allow it. Retried, then dead-lettered: visible, not silent. The message
-    names the verb, resource and namespace refused, so the operator knows which grant is missing."""
+    """403: the shipped RBAC does not allow it (the message names the grant missing). Retried, then dead-lettered."""
 
     status = 500
-
-
-def refused(method: str, path: str, query: dict | None) -> str:
-    """What a request asked, in RBAC's words: `<verb> <resource>[/<subresource>][.<group>]` and where, from our
-    own request (not the server's message, which a proxy or an older server may word otherwise). The verbs
-    follow k8s.io/apiserver endpoints/request/requestinfo.go: GET of a collection is list (watch with
-    watch=1), DELETE of one is delete and of a collection deletecollection."""
-    parts = [unquote(p) for p in path.strip("/").split("/")]
-    group, rest = ("", parts[2:]) if parts[:1] == ["api"] else (parts[1] if len(parts) > 1 else "", parts[3:])
-    namespace = ""
-    if len(rest) >= 3 and rest[0] == "namespaces":  # a namespaced resource (a namespace itself has 2 parts)
-        namespace, rest = rest[1], rest[2:]
-    resource, name, sub = (rest + ["", "", ""])[:3]
-    collection = not name
-    verb = {"GET": "watch" if (query or {}).get("watch") else ("list" if collection else "get"),
-            "POST": "create", "PUT": "update", "PATCH": "patch",
-            "DELETE": "deletecollection" if collection else "delete"}.get(method, method.lower())
-    group_words = f'API group "{group}"' if group else "the core API group"
-    where = f'in namespace "{namespace}"' if namespace else "at the cluster scope"
-    return f"{verb} {resource}{f'/{sub}' if sub else ''} in {group_words} {where}"
 
 
 class Invalid(PermanentError, KubeError):
@@ -136,7 +115,7 @@ def _error_for(status: int, message: str, retry_after: float | None) -> Exceptio
     if status == 410:
         return Expired(message)
     if status == 403:
-        return Forbidden(message)  # worded by _send, which knows the request
+        return Forbidden(message)
     if status == 422 and _PATCH_DID_NOT_APPLY in message:
         # k8s.io/apiserver handlers/patch.go applyJSPatch: a JSON patch whose `test` fails answers
         # NewGenericServerResponse(422) with only this generic message. Our patches test exactly the
@@ -228,8 +207,7 @@ class Kube:
             message = _status_message(data, f"HTTP {response.status}")
             retry_after = parse_retry_after(response.getheader("Retry-After"))
             if response.status == 403:
-                raise Forbidden(f"RBAC refused {refused(method, path, query)} ({what}): grant it to the "
-                                f"function's ServiceAccount (deploy/); the server said: {message}")
+                raise Forbidden(refused_request(method, path, query, message))
             raise _error_for(response.status, f"{what}: {message}", retry_after)
         return data
 

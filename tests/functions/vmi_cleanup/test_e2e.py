@@ -225,7 +225,6 @@ def test_duplicate_and_out_of_order_events_converge(world):
 
 @pytest.mark.parametrize("fault", [{"status": 503}, {"status": 429, "retry_after": 1}],
                          ids=["api-503", "api-429"])
-@pytest.mark.sim_only
 def test_api_failures_answer_5xx_and_a_redelivery_finishes_the_job(world, fault):
     name = world.vm("Manual")
     world.start_manual(name)
@@ -242,7 +241,6 @@ def test_api_failures_answer_5xx_and_a_redelivery_finishes_the_job(world, fault)
     assert any(s is not None and s >= 500 for s in statuses), statuses
 
 
-@pytest.mark.sim_only
 def test_a_missed_event_is_caught_by_the_next_tick(world):
     name = world.vm("Manual")
     world.start_manual(name)
