@@ -154,14 +154,21 @@ class ControlPlane:
 
     # -- faults: a component stopped, killed and started again (tests/faults/) ------------------------
 
-    def stop_process(self, name: str, sig: int = signal.SIGTERM, timeout: float = 30.0) -> None:
-        """Stop one component (SIGTERM: a clean shutdown, as an upgrade does; SIGKILL: a crash) and wait for it."""
-        process = self.processes[name]
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            pass
-        process.wait(timeout=timeout)
+    def stop_process(self, name: str, sig: int = signal.SIGTERM, timeout: float = 90.0) -> float:
+        """Stop one component (SIGTERM: a clean shutdown, as an upgrade does; SIGKILL: a crash), SIGKILL it if it
+        has not exited within `timeout`; the seconds it took to exit."""
+        process, started = self.processes[name], time.monotonic()
+        for signal_number, wait in ((sig, timeout), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(process.pid, signal_number)
+            except ProcessLookupError:
+                pass
+            try:
+                process.wait(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        return time.monotonic() - started
 
     def start_process(self, name: str, timeout: float = 60.0) -> None:
         """Start a stopped component again with the same flags (same ports, etcd's same data directory), and wait
