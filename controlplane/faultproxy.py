@@ -44,6 +44,7 @@ HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding
 SA_PREFIX = "system:serviceaccount:"
 ADMIN = "admin"
 CHUNK = 64 * 1024
+IDLE_REUSE = 2.0  # seconds an upstream connection may sit idle and still carry a write
 
 
 @dataclass
@@ -161,6 +162,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     owner: FaultProxy
     _upstream: http.client.HTTPSConnection | None = None
+    _used = 0.0  # when the upstream connection last answered
 
     def log_message(self, *args) -> None:
         pass
@@ -227,7 +229,14 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP and k.lower() != "host"}
         headers["Host"] = f"{self.owner.upstream.hostname}:{self.owner.upstream.port}"
         response = None
-        for attempt in (1, 2):  # a kept-alive upstream connection may have been closed since: one fresh try
+        # A kept-alive upstream connection may have been closed since (kube-apiserver restarted): a read is tried
+        # once more on a fresh one. A write never is: it may have been applied with its answer lost, and the proxy
+        # must not make one request two (the client sees the connection end and decides, as without a proxy).
+        tries = 2 if self.command in ("GET", "HEAD", "OPTIONS") and self._upstream is not None else 1
+        if tries == 1 and self._upstream is not None and time.monotonic() - self._used > IDLE_REUSE:
+            self._upstream.close()  # a write goes on a connection known to be alive, or on a fresh one
+            self._upstream = None
+        for attempt in range(1, tries + 1):
             if self._upstream is None:
                 self._upstream = self.owner._connect()
             try:
@@ -237,9 +246,10 @@ class _Handler(BaseHTTPRequestHandler):
             except (OSError, http.client.HTTPException):
                 self._upstream.close()
                 self._upstream = None
-                if attempt == 2:
+                if attempt == tries:
                     raise _Dropped() from None  # kube-apiserver is down: the client sees the connection end
         assert response is not None
+        self._used = time.monotonic()
         record.status, record.retry_after = response.status, response.getheader("Retry-After") or ""
         length = response.getheader("Content-Length")
         self.send_response(response.status)
