@@ -1,7 +1,8 @@
 """`python -m controlplane up|down|status|build`: a real control plane for a person (`make cluster`).
 
 `up` builds what is not cached, starts etcd, kube-apiserver and kube-controller-manager in the background,
-installs the upstream CRDs and deploy/ (as `make deploy` would on a real cluster), prints
+installs the upstream CRDs and deploy/ (as `make deploy` would on a real cluster), then Knative (its
+broker, channel, sources and webhooks; controlplane/knative_up.py keeps it running; KNATIVE=0 skips it), prints
 `KUBECONFIG=<path>` and returns. `down` stops them and removes their folder. State lives in
 ~/.cache/vmevents/cluster/ (VMEVENTS_CACHE moves it), so `down` works from any shell.
 """
@@ -33,10 +34,11 @@ def _alive(pid: int) -> bool:
         command = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    return any(name in command for name in (b"etcd", b"kube-apiserver", b"kube-controller-manager"))
+    return any(name in command for name in (b"etcd", b"kube-apiserver", b"kube-controller-manager",
+                                             b"controlplane.knative_up"))
 
 
-def up(event_ttl: str, kubevirt_version: str) -> int:
+def up(event_ttl: str, kubevirt_version: str, knative: bool = True) -> int:
     from controlplane.cluster import RealCluster
     from controlplane.server import ControlPlane
 
@@ -55,13 +57,34 @@ def up(event_ttl: str, kubevirt_version: str) -> int:
     except BaseException:
         plane.remove()
         raise
-    _state_file().write_text(json.dumps(plane.state(), indent=2))
+    state = plane.state()
+    _state_file().write_text(json.dumps(state, indent=2))
     plane.processes.clear()  # they keep running after this process exits: `down` stops them
+    if knative:
+        state["pids"]["knative"] = _start_knative(workdir)
+        _state_file().write_text(json.dumps(state, indent=2))
     print(f"control plane ready in {time.monotonic() - started:.1f}s (kube-apiserver {build.KUBE.version}, "
-          f"etcd {build.ETCD.version}, KubeVirt {kubevirt_version} CRDs, deploy/ applied, --event-ttl={event_ttl})",
+          f"etcd {build.ETCD.version}, KubeVirt {kubevirt_version} CRDs, deploy/ applied, --event-ttl={event_ttl}"
+          f"{', Knative ' + build.KNATIVE.version + ' (eventing, broker, channel, webhooks)' if knative else ''})",
           file=sys.stderr)
     print(f"KUBECONFIG={plane.admin_kubeconfig}")
     return 0
+
+
+def _start_knative(workdir: Path, timeout: float = 300.0) -> int:
+    """Knative's process (controlplane/knative_up.py), in the background; its pid once Knative is ready."""
+    import subprocess
+
+    log = open(workdir / "knative.log", "wb")  # noqa: SIM115 - the process keeps it
+    process = subprocess.Popen([sys.executable, "-m", "controlplane.knative_up", str(_state_file())],
+                               stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                               start_new_session=True, cwd=Path(__file__).resolve().parent.parent)
+    deadline = time.monotonic() + timeout
+    while not (workdir / "knative.ready").exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"Knative did not start; see {workdir / 'knative.log'}")
+        time.sleep(0.5)
+    return process.pid
 
 
 def _read_state() -> dict | None:
@@ -74,7 +97,7 @@ def _read_state() -> dict | None:
 def _stop(state: dict | None) -> None:
     if not state:
         return
-    for name in ("kube-controller-manager", "kube-apiserver", "etcd"):
+    for name in ("knative", "kube-controller-manager", "kube-apiserver", "etcd"):
         pid = state["pids"].get(name)
         if pid and _alive(pid):
             try:
@@ -128,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="kube-apiserver --event-ttl (default 1h, as Kubernetes)")
     parser.add_argument("--kubevirt", default=os.environ.get("KUBEVIRT_VERSION", "1.3.1"),
                         help="the KubeVirt version whose CRDs are installed (default 1.3.1)")
+    parser.add_argument("--no-knative", action="store_true", default=os.environ.get("KNATIVE") == "0",
+                        help="skip Knative (its broker, channel, sources and webhooks; KNATIVE=0 does the same)")
     args = parser.parse_args(argv)
     _state_dir().mkdir(parents=True, exist_ok=True)
     try:
@@ -136,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "prepare":
             return prepare()
         if args.command == "up":
-            return up(args.event_ttl, args.kubevirt)
+            return up(args.event_ttl, args.kubevirt, knative=not args.no_knative)
         if args.command == "down":
             return down()
         return status()
