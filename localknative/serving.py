@@ -189,9 +189,12 @@ class FunctionServer:
 
     def kill(self) -> None:
         """SIGKILL, as an OOM kill does: nothing finishes. `start()` then starts it again on the same port."""
-        self.stop(signal.SIGKILL)
+        self._stop(signal.SIGKILL)
 
-    def stop(self, first: int = signal.SIGINT) -> None:
+    def stop(self) -> None:
+        self._stop(signal.SIGINT)
+
+    def _stop(self, first: int) -> None:
         proc, self._proc = self._proc, None
         if proc is None:
             return
