@@ -7,7 +7,9 @@ the ones an operator gets. KubeVirt's own virt-controller of that version then r
 (controlplane/kubevirt.py), with virt-operator's CRDs and RBAC for it. Each function then gets a token for its
 own ServiceAccount from the TokenRequest API, as a pod would, and the real RBAC authorizer judges every request
 it makes. `requests` reads the API server's audit log, so the same least-privilege check as on the simulator
-runs against the real thing.
+runs against the real thing. The functions' kubeconfigs point at a fault-injecting proxy in front of
+kube-apiserver (controlplane/faultproxy.py): `faults` is the same API as the simulator's, so fault tests run on
+both.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from typing import Any
 
 from controlplane import crds
 from controlplane import kubevirt as virt_controller
+from controlplane.faultproxy import FaultProxy
 from controlplane.server import ControlPlane
 from simcluster.apiserver import AuditRecord
 from simcluster.paths import DEPLOY_DIR
@@ -63,10 +66,12 @@ class RealCluster:
     backend = "real"
 
     def __init__(self, plane: ControlPlane, kubevirt_version: str = "1.3.1", kubevirt_namespace: str = "kubevirt",
-                 overlay: str = "default", virt_controller: bool = True):
+                 overlay: str = "default", virt_controller: bool = True, fault_proxy: bool = True):
         """virt_controller: run KubeVirt's virt-controller (the default); off, nothing acts on VMs and VMIs."""
         self.plane = plane
         self.runs_virt_controller = virt_controller
+        self.fault_proxy = fault_proxy
+        self.proxy: FaultProxy | None = None
         self.kubevirt_version = kubevirt_version
         self.kubevirt_namespace = kubevirt_namespace
         self.overlay = overlay
@@ -86,6 +91,9 @@ class RealCluster:
         from kubernetes import config
 
         self._admin = config.new_client_from_config(config_file=str(self.plane.admin_kubeconfig))
+        if self.fault_proxy:
+            pki = self.plane.pki
+            self.proxy = FaultProxy(self.plane.url, pki.ca_cert, pki.server_cert, pki.server_key).start()
         running = virt_controller.running_on(self.plane)
         if running is not None and (not self.runs_virt_controller or
                                     running.version != virt_controller.controller_version(self.kubevirt_version)):
@@ -114,6 +122,16 @@ class RealCluster:
         if self._admin is not None:
             self._admin.close()
             self._admin = None
+        if self.proxy is not None:
+            self.proxy.stop()
+            self.proxy = None
+
+    @property
+    def faults(self):
+        """The faults the proxy injects into the functions' requests (simcluster.faults.Faults)."""
+        if self.proxy is None:
+            raise RealClusterError("this RealCluster runs without its fault proxy (fault_proxy=False)")
+        return self.proxy.faults
 
     def __enter__(self) -> RealCluster:
         return self.start()
@@ -259,7 +277,8 @@ class RealCluster:
                                        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
                                         "spec": {"expirationSeconds": 86400}})
                 path = self.plane.write_kubeconfig(service_account, {"token": answer["status"]["token"]},
-                                                   namespace=namespace)
+                                                   namespace=namespace,
+                                                   server=self.proxy.url if self.proxy else None)
                 self._kubeconfigs[service_account] = str(path)
             return self._kubeconfigs[service_account]
 

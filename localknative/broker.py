@@ -263,6 +263,7 @@ class Delivery:
     reply_type: str | None = None
     dead_lettered: bool = False   # True for the attempt that sent the event to the dead-letter sink
     target: str = ""
+    retry_after: str | None = None  # the subscriber's Retry-After (tests: a 429 from the API reaches the broker)
     at: float = field(default_factory=time.time)
 
     @property
@@ -276,6 +277,7 @@ class _Outcome:
     error: str | None
     body: bytes
     reply: CloudEvent | None
+    retry_after: str | None = None  # the subscriber's Retry-After header, as it answered
     # The broker filter answered the channel itself (not with the subscriber's answer wrapped in its
     # ErrExtensionInfo JSON): the dispatcher then finds no error details to put on the dead letter.
     from_filter: bool = False
@@ -323,7 +325,7 @@ def post_event(url: str, event: CloudEvent, timeout: float | None,
     content = response.content or b""
     if not 200 <= response.status_code < 300:
         return _Outcome(response.status_code, f"unexpected HTTP response, expected 2xx, got {response.status_code}",
-                        content, None)
+                        content, None, response.headers.get("Retry-After"))
     if _is_cloudevent_response(response.headers):
         try:
             reply = from_http(dict(response.headers), content, data_unmarshaller=lambda raw: raw)
@@ -562,7 +564,7 @@ class Broker:
                 trigger=trigger, attempt=attempt, status=outcome.status, error=outcome.error,
                 reply_id=outcome.reply["id"] if outcome.reply is not None else None,
                 reply_type=outcome.reply["type"] if outcome.reply is not None else None,
-                dead_lettered=dead_letter, target=url,
+                dead_lettered=dead_letter, target=url, retry_after=outcome.retry_after,
             ))
             if outcome.error is None or not _retryable(outcome) or attempt > spec.retry:
                 break

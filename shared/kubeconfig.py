@@ -8,6 +8,7 @@ from urllib3 import Retry
 from shared.kube import Kube
 from shared.kubeclient import client as k8s
 from shared.kubeclient import incluster_loader, kubeconfig_loader
+from shared.redact import scrub_urls
 
 
 def _configuration() -> k8s.Configuration:
@@ -48,5 +49,5 @@ def connect() -> Kube:
 
 def _one_line(error: Exception) -> str:
     """An exception as one short line: the client's messages can span lines (YAML marks) or quote a whole file."""
-    text = " ".join(str(error).split()) or type(error).__name__
+    text = scrub_urls(" ".join(str(error).split())) or type(error).__name__
     return text if len(text) <= 200 else text[:197] + "..."

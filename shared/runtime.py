@@ -25,6 +25,7 @@ import orjson
 
 from shared import intake, wsgi
 from shared.errors import BadEvent, VmeventsError, http_answer
+from shared.redact import scrub_urls
 from shared.replies import Reply
 from shared.settings import SettingsError
 
@@ -174,6 +175,8 @@ class FunctionApp:
         are too and the whole line is at most MAX_LOGGED_TEXT bytes, no value needs clipping."""
         reply = outcome.reply
         verdict, effect, reason = outcome.verdict, outcome.effect, outcome.reason
+        if reason.__class__ is str and "://" in reason:  # a URL is shown by its origin only (shared/redact.py)
+            reason = scrub_urls(reason)
         record = {
             "function": self.name, "event_id": event_id, "event_type": event_type, "subject": subject,
             "verdict": verdict, "effect": effect, "reason": reason, "outcome": status,

@@ -56,8 +56,9 @@ def isolated_env(monkeypatch):
 
 
 def pytest_collection_modifyitems(config, items):
-    """A test marked `sim_only` (it injects faults into the simulated API server, which a real kube-apiserver
-    cannot do) runs on the simulator backend only: its real-backend rows are deselected, and counted."""
+    """A test marked `sim_only` (it needs what a real kube-apiserver cannot be made to do, and says why; faults
+    are not such a thing: controlplane/faultproxy.py injects them there) runs on the simulator backend only: its
+    real-backend rows are deselected, and counted."""
     keep, dropped = [], []
     for item in items:  # the real backend's parameters carry the `real` mark (tests/backends.py)
         real_row = item.get_closest_marker("real") is not None

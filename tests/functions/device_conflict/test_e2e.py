@@ -250,7 +250,6 @@ def test_nothing_is_reported_when_nothing_conflicts(world):
     assert not [r for r in w.replies() if {f"default/{a}", f"default/{b}"} & set(r[2].get("blocked", []))]
 
 
-@pytest.mark.sim_only
 def test_a_missed_event_is_caught_by_the_next_tick(world):
     w, resource = world, next(_resources)
     device = f"{SEED_NODE}-00004{next(_names):04d}"

@@ -168,7 +168,6 @@ def test_a_success_near_its_timeout_is_reported_and_one_well_inside_is_not(world
     assert not world.events(vmi2) and not world.replies(fine["metadata"]["uid"])
 
 
-@pytest.mark.sim_only
 def test_a_missed_event_is_caught_by_the_next_tick(world):
     vm, vmi = world.guest(guest="2Gi")
     world.cluster.faults.add(method="GET", path=r"/virtualmachineinstancemigrations/mig", service_account=FUNCTION_SA,
@@ -184,7 +183,6 @@ def test_a_missed_event_is_caught_by_the_next_tick(world):
     world.reported(vmi, vm, vmim)
 
 
-@pytest.mark.sim_only
 def test_a_report_that_could_not_be_recorded_is_retried_and_made_once(world):
     vm, vmi = world.guest(guest="2Gi")
     world.cluster.faults.add(method="POST", path=r"/namespaces/default/events$", service_account=FUNCTION_SA,

@@ -243,7 +243,6 @@ def test_duplicate_and_out_of_order_events_converge(world):
 
 @pytest.mark.parametrize("fault", [{"status": 503}, {"status": 429, "retry_after": 1}],
                          ids=["api-503", "api-429"])
-@pytest.mark.sim_only
 def test_api_failures_answer_5xx_and_a_redelivery_finishes_the_job(world, fault):
     name = world.vm("Manual")
     world.start_manual(name)
@@ -260,7 +259,23 @@ def test_api_failures_answer_5xx_and_a_redelivery_finishes_the_job(world, fault)
     assert any(s is not None and s >= 500 for s in statuses), statuses
 
 
-@pytest.mark.sim_only
+def test_a_delete_whose_answer_is_lost_is_still_announced_once(world):
+    """The DELETE reaches the API server and is applied, but its answer is cut off (an API server restarting): the
+    function re-reads, finds this very VMI gone, and reports the cleanup; a redelivery would find nothing to say."""
+    name = world.vm("Manual")
+    world.start_manual(name)
+    world.wait_phase("default", name, "Running")
+    cut = world.cluster.faults.add(method="DELETE", path=f"/virtualmachineinstances/{name}$",
+                                   service_account=FUNCTION_SA, kind="cut")
+    world.kubevirt.guest_power_off("default", name)
+    eventually(lambda: world.vmi(name) is None, what="VMI deleted")
+    world.settle()
+    assert cut.hits == 1
+    assert [r["vmi"] for r in world.replies("cleaned")].count(f"default/{name}") == 1
+    cleaned = [e for e in world.events(name) if e["reason"] == "VMICleanedUp"]
+    assert len(cleaned) == 1 and cleaned[0]["count"] == 1
+
+
 def test_a_missed_event_is_caught_by_the_next_tick(world):
     name = world.vm("Manual")
     world.start_manual(name)
