@@ -15,7 +15,6 @@ the event that opened or resolved an episode finds its own id on the Event and a
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import time
@@ -30,6 +29,7 @@ from shared.finding import (
     REPORTED,
     RESOLVED,
     Finding,
+    digest,
     one_or_summary,
     report,
     stamp,
@@ -39,7 +39,7 @@ from shared.kube import EVENT, Conflict, Kube
 from shared.replies import Reply, reply_type
 
 __all__ = ["BATCH", "DETECTED", "OPEN", "REPORTED", "RESOLVED", "Finding", "Ledger", "Notice", "Record",
-           "one_or_summary", "record_of", "report", "stamp", "summary"]
+           "every_record", "one_or_summary", "record_of", "report", "stamp", "summary"]
 
 OPEN = "open"                                # a state on record (RESOLVED is one too, and a notice)
 DEFAULT_RENEW_AFTER = timedelta(minutes=15)  # kube-apiserver's default --event-ttl is 1 h
@@ -113,6 +113,15 @@ def record_of(event: Mapping[str, Any]) -> Record | None:
                   event.get("involvedObject") or {})
 
 
+def every_record(kube: Kube, *, cached: bool = True) -> Iterator[Record]:
+    """Every function's findings on record, open and resolved, page by page: what alert-forwarder keeps
+    Alertmanager in step with. `cached`: from the API server's watch cache (a tick later is soon enough)."""
+    for event in kube.list(EVENT, None, label_selector=LABEL, cached=cached):
+        found = record_of(event)
+        if found is not None:
+            yield found
+
+
 @dataclass(frozen=True)
 class Notice:
     """A transition of an episode, to be replied: `detected` (opened or reopened) or `resolved`."""
@@ -136,7 +145,7 @@ class Notice:
 
 def event_name(recipient: Mapping[str, Any], finding: Finding) -> str:
     name = (recipient.get("metadata") or {})["name"]
-    return f"{name}.f{hashlib.sha256(finding.ident.encode()).hexdigest()[:16]}"
+    return f"{name}.f{digest(finding.function, finding.category, finding.subject, finding.key)}"
 
 
 class Ledger:

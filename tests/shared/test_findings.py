@@ -44,7 +44,7 @@ def test_an_episode_announces_its_start_and_its_end_once(cluster, ledger):
     [record] = ledger.records()
     ended = ledger.resolve(record, "ping-1", NOW + timedelta(minutes=1), summary="it ended")
     assert ended is not None and ended.transition == RESOLVED
-    assert ended.data()["summary"] == "it ended" and ended.data()["identity"] == dict(FINDING.identity)
+    assert ended.data()["summary"] == "it ended" and ended.data()["identity"] == FINDING.labels
     assert ledger.resolve(record, "ping-2", NOW + timedelta(minutes=2)) is None
     assert list(ledger.records()) == []
     event = _event(cluster)
