@@ -12,6 +12,9 @@ Races: the first open is a create (AlreadyExists: someone else opened it, read i
 is a merge patch with the read resourceVersion as precondition (a Conflict re-reads and decides again), as
 shared.recorder.record_once does. So two deliveries at once still produce one notice, and a redelivery of
 the event that opened or resolved an episode finds its own id on the Event and answers with the same reply.
+A re-scan reads the records it will settle *before* the state it settles them against: a finding an event
+(or an overlapping tick) opens during the re-scan's reads is not among them, so it is not resolved by a view
+older than itself; and `resolve` gives up on a record sighted or reopened after it was read.
 """
 from __future__ import annotations
 
@@ -222,7 +225,13 @@ class Ledger:
                 details: Mapping[str, Any] | None = None, message: str | None = None) -> Notice | None:
         """The finding of `record` is over. A `resolved` notice when this delivery ended its episode (or is
         a redelivery of the one that did); None when someone else did, or it was not open. The identity,
-        severity and advice stay as opened, so the resolved alert ends the firing one."""
+        severity and advice stay as opened, so the resolved alert ends the firing one.
+
+        `record` must have been read before the state the caller judged it over by (docs/findings.md, Races):
+        a finding sighted or reopened since it was read was seen by someone who looked later, so it is not
+        resolved here (None; the next re-scan decides again). A renewal or an update of its details alone is
+        no sighting: the resolution goes ahead at the version read again."""
+        read = record
         for attempt in range(ATTEMPTS):
             _pause(attempt)
             if attempt:
@@ -230,6 +239,9 @@ class Ledger:
                 found = record_of(event) if event else None
                 if found is None:
                     return None
+                if found.open and (found.episode, found.opened_by, found.seen_at) != (
+                        read.episode, read.opened_by, read.seen_at):
+                    return None  # seen (or reopened) after the state this resolution was judged on
                 record = found
             if not record.open:
                 return Notice(RESOLVED, record) if record.resolved_by == delivery else None
