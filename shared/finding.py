@@ -63,8 +63,9 @@ class Finding:
 
     @classmethod
     def from_data(cls, data: Mapping[str, Any]) -> Finding:
+        """The finding a reply or a record carries; the identity's digest label is derived, so it is left out."""
         return cls(str(data["function"]), str(data["category"]), str(data["subject"]), str(data.get("key") or ""),
-                   {str(k): str(v) for k, v in (data.get("identity") or {}).items()},
+                   {str(k): str(v) for k, v in (data.get("identity") or {}).items() if k != FINDING_LABEL},
                    str(data.get("severity") or "warning"), str(data.get("summary") or ""),
                    tuple(data.get("advice") or ()), dict(data.get("details") or {}))
 
