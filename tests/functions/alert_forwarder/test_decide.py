@@ -335,3 +335,42 @@ def test_every_producers_finding_becomes_its_alert_through_the_one_schema():
         names[function] = alert.labels["alertname"]
     assert names == {"device-conflict": "VMHostDeviceConflict", "io-pause-report": "VMPausedOnIOError",
                      "migration-report": "VMMigrationFailed", "vmi-cleanup": "VMICleanedUp"}
+
+
+# -- the tick: what Alertmanager must hold, from the findings on record ------------------------------
+def test_a_tick_reposts_the_open_findings_and_the_recently_resolved_ones_only():
+    from functions.alert_forwarder.decide import refresh
+    from functions.alert_forwarder.finding import on_record
+
+    opened = NOW - timedelta(hours=2)
+    open_one = on_record(b.device_conflict(), "detected", opened, None)
+    just_ended = on_record(b.io_pause(state="resolved"), "resolved", opened, NOW - timedelta(minutes=5))
+    long_ended = on_record(b.migration_report(state="resolved"), "resolved", opened, NOW - timedelta(minutes=16))
+    info = on_record(b.cleaned(), "detected", opened, None)
+    verdict = refresh([open_one, just_ended, long_ended, info], AM, NOW)
+    assert verdict.action == "refresh", verdict.reason
+    by_name = {a.labels["alertname"]: a for a in verdict.alerts}
+    assert set(by_name) == {"VMHostDeviceConflict", "VMPausedOnIOError"}, "ended > ALERT_RESOLVED_FOR ago, or below"
+    firing, ended = by_name["VMHostDeviceConflict"], by_name["VMPausedOnIOError"]
+    assert (firing.starts_at, firing.ends_at, firing.resolved) == (opened, NOW + timedelta(minutes=4), False)
+    assert (ended.ends_at, ended.resolved) == (NOW - timedelta(minutes=6), True), "its resolution less ALERT_CLOCK_SKEW"
+    assert refresh([open_one], Settings(webhook=AM.alertmanager), NOW).action == "drop", "webhooks get notices only"
+
+
+def test_one_body_holds_one_alert_per_label_set_the_firing_one_winning():
+    from functions.alert_forwarder.decide import one_per_labels
+
+    event = incoming("io.vmevents.device-conflict.scanned", {"findings": [
+        b.device_conflict(), b.device_conflict(state="resolved"), b.device_conflict(blocked=("default/vm3",))]})
+    alerts = decide(event.type, findings(event), AM, NOW).alerts
+    assert len(alerts) == 3, "each finding is its own alert (and its own webhook message)"
+    kept = one_per_labels(list(alerts))
+    assert len(kept) == 2 and not any(a.resolved for a in kept)
+
+
+@pytest.mark.parametrize("env,word", [({"ALERT_VALID_FOR": "1m"}, "ALERT_VALID_FOR"),
+                                      ({"ALERT_RESOLVED_FOR": "30s"}, "ALERT_RESOLVED_FOR"),
+                                      ({"ALERT_CLOCK_SKEW": "1h"}, "ALERT_CLOCK_SKEW")])
+def test_alert_lifetimes_that_cannot_work_stop_the_start(env, word):
+    with pytest.raises(SettingsError, match=word):
+        Settings.from_env(env)
