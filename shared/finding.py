@@ -2,6 +2,7 @@
 shape of a reply that carries several. shared/findings.py keeps a finding's life; this module is pure."""
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -12,6 +13,17 @@ from shared.replies import Reply, reply_type
 DETECTED, RESOLVED, REPORTED = "detected", "resolved", "reported"  # a finding's state in a reply
 BATCH = "batch"                              # several notices of one event, in one summary reply
 SEVERITIES = ("info", "warning", "critical")
+# The label that makes an alert one finding's alone: the digest of the finding's whole identity (function,
+# category, subject, key), the same digest that names its Event (`<recipient>.f<digest>`). The readable labels a
+# producer gives (namespace, vm, device, ...) route and group; they need not tell apart two findings (a holder
+# with two blocked VMs, a VMI recreated under the same name), and two findings under one label set would be one
+# alert in Alertmanager, ended by whichever resolves first.
+FINDING_LABEL = "finding"
+
+
+def digest(function: str, category: str, subject: str, key: str) -> str:
+    """The identity's digest: the `finding` label, and the suffix of the finding's Event name."""
+    return hashlib.sha256("\x00".join((function, category, subject, key)).encode()).hexdigest()[:16]
 
 
 def stamp(when: datetime) -> str:
@@ -36,16 +48,24 @@ class Finding:
     def ident(self) -> str:
         return "\x00".join((self.function, self.category, self.subject, self.key))
 
+    @property
+    def labels(self) -> dict[str, str]:
+        """The identity as labels: the producer's, and the digest of the whole identity (FINDING_LABEL), so that
+        two findings are never one alert."""
+        return {**{k: v for k, v in self.identity.items() if k != FINDING_LABEL},
+                FINDING_LABEL: digest(self.function, self.category, self.subject, self.key)}
+
     def data(self, state: str, **life: Any) -> dict[str, Any]:
         """The finding as reply data: the schema's fields, then its life (episode, openedAt, ...)."""
         return {"function": self.function, "category": self.category, "subject": self.subject, "key": self.key,
-                "identity": dict(self.identity), "severity": self.severity, "summary": self.summary,
+                "identity": self.labels, "severity": self.severity, "summary": self.summary,
                 "advice": list(self.advice), "details": dict(self.details), "state": state, **life}
 
     @classmethod
     def from_data(cls, data: Mapping[str, Any]) -> Finding:
+        """The finding a reply or a record carries; the identity's digest label is derived, so it is left out."""
         return cls(str(data["function"]), str(data["category"]), str(data["subject"]), str(data.get("key") or ""),
-                   {str(k): str(v) for k, v in (data.get("identity") or {}).items()},
+                   {str(k): str(v) for k, v in (data.get("identity") or {}).items() if k != FINDING_LABEL},
                    str(data.get("severity") or "warning"), str(data.get("summary") or ""),
                    tuple(data.get("advice") or ()), dict(data.get("details") or {}))
 

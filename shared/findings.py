@@ -12,10 +12,12 @@ Races: the first open is a create (AlreadyExists: someone else opened it, read i
 is a merge patch with the read resourceVersion as precondition (a Conflict re-reads and decides again), as
 shared.recorder.record_once does. So two deliveries at once still produce one notice, and a redelivery of
 the event that opened or resolved an episode finds its own id on the Event and answers with the same reply.
+A re-scan reads the records it will settle *before* the state it settles them against: a finding an event
+(or an overlapping tick) opens during the re-scan's reads is not among them, so it is not resolved by a view
+older than itself; and `resolve` gives up on a record sighted or reopened after it was read.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import time
@@ -30,6 +32,7 @@ from shared.finding import (
     REPORTED,
     RESOLVED,
     Finding,
+    digest,
     one_or_summary,
     report,
     stamp,
@@ -39,7 +42,7 @@ from shared.kube import EVENT, Conflict, Kube
 from shared.replies import Reply, reply_type
 
 __all__ = ["BATCH", "DETECTED", "OPEN", "REPORTED", "RESOLVED", "Finding", "Ledger", "Notice", "Record",
-           "one_or_summary", "record_of", "report", "stamp", "summary"]
+           "every_record", "one_or_summary", "record_of", "report", "stamp", "summary"]
 
 OPEN = "open"                                # a state on record (RESOLVED is one too, and a notice)
 DEFAULT_RENEW_AFTER = timedelta(minutes=15)  # kube-apiserver's default --event-ttl is 1 h
@@ -113,6 +116,15 @@ def record_of(event: Mapping[str, Any]) -> Record | None:
                   event.get("involvedObject") or {})
 
 
+def every_record(kube: Kube, *, cached: bool = True) -> Iterator[Record]:
+    """Every function's findings on record, open and resolved, page by page: what alert-forwarder keeps
+    Alertmanager in step with. `cached`: from the API server's watch cache (a tick later is soon enough)."""
+    for event in kube.list(EVENT, None, label_selector=LABEL, cached=cached):
+        found = record_of(event)
+        if found is not None:
+            yield found
+
+
 @dataclass(frozen=True)
 class Notice:
     """A transition of an episode, to be replied: `detected` (opened or reopened) or `resolved`."""
@@ -136,7 +148,7 @@ class Notice:
 
 def event_name(recipient: Mapping[str, Any], finding: Finding) -> str:
     name = (recipient.get("metadata") or {})["name"]
-    return f"{name}.f{hashlib.sha256(finding.ident.encode()).hexdigest()[:16]}"
+    return f"{name}.f{digest(finding.function, finding.category, finding.subject, finding.key)}"
 
 
 class Ledger:
@@ -213,7 +225,13 @@ class Ledger:
                 details: Mapping[str, Any] | None = None, message: str | None = None) -> Notice | None:
         """The finding of `record` is over. A `resolved` notice when this delivery ended its episode (or is
         a redelivery of the one that did); None when someone else did, or it was not open. The identity,
-        severity and advice stay as opened, so the resolved alert ends the firing one."""
+        severity and advice stay as opened, so the resolved alert ends the firing one.
+
+        `record` must have been read before the state the caller judged it over by (docs/findings.md, Races):
+        a finding sighted or reopened since it was read was seen by someone who looked later, so it is not
+        resolved here (None; the next re-scan decides again). A renewal or an update of its details alone is
+        no sighting: the resolution goes ahead at the version read again."""
+        read = record
         for attempt in range(ATTEMPTS):
             _pause(attempt)
             if attempt:
@@ -221,6 +239,9 @@ class Ledger:
                 found = record_of(event) if event else None
                 if found is None:
                     return None
+                if found.open and (found.episode, found.opened_by, found.seen_at) != (
+                        read.episode, read.opened_by, read.seen_at):
+                    return None  # seen (or reopened) after the state this resolution was judged on
                 record = found
             if not record.open:
                 return Notice(RESOLVED, record) if record.resolved_by == delivery else None

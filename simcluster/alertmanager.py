@@ -160,6 +160,16 @@ class Alertmanager:
     def version(self) -> str:
         return self.api("status")["versionInfo"]["version"]
 
+    def restart(self) -> Alertmanager:
+        """Stop the process and start it again on the same port and storage: what an upgrade or a rescheduled
+        pod does. Its alerts live in memory only and are gone; silences and the notification log are kept."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            stop_group(proc, signal.SIGTERM, wait=10)
+        if self._log:
+            self._log.close()
+        return self.start()
+
     def stop(self) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:

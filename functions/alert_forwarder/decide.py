@@ -100,21 +100,43 @@ class Verdict:
 
 
 def to_alert(finding: Finding, settings: Settings, now: datetime) -> tuple[Alert, str]:
-    """The alert for one finding and its severity. A detected finding fires until its resolved one
-    (UNTIL_RESOLVED_TTL, a safety net); a reported one lasts ALERT_TTL; a resolved one ends now."""
+    """The alert for one finding and its severity. Its labels are the finding's identity (with the digest
+    that makes it this finding's alone). A detected finding's alert ends ALERT_VALID_FOR from now: every tick
+    re-posts it while its record is open (refresh), as Prometheus re-sends an active alert. A resolved one
+    ended at its resolution, put ALERT_CLOCK_SKEW earlier: Alertmanager keeps the later end of two posts
+    unless the newer one is resolved *by its own clock* (types.Alert.Merge), so an end in its future, for a
+    clock behind ours, would leave the alert firing. A reported one (no episode) lasts ALERT_TTL."""
     kind = kind_of(finding)
     severity = severity_of(finding, kind)
     labels = {"alertname": kind.alertname, "severity": severity,
-              **{k: v for k, v in finding.identity.items() if v and k not in ("alertname", "severity", "cluster")}}
+              **{k: v for k, v in finding.labels.items() if v and k not in ("alertname", "severity", "cluster")}}
     if settings.cluster:
         labels["cluster"] = settings.cluster
     annotations = {"summary": wording.clip(wording.summary(finding), 1000),
                    "description": wording.clip(wording.description(finding), 4000),
                    "runbook_url": f"{settings.runbook_base}#{kind.runbook}"}
     resolved = finding.state == "resolved"
-    ends = now if resolved else now + (settings.until_resolved_ttl if finding.state == "detected"
-                                       else settings.alert_ttl)
-    return Alert(labels, annotations, now, ends, resolved), severity
+    if resolved:
+        ends = min(finding.resolved_at or now, now) - settings.clock_skew
+    elif finding.state == "detected":
+        ends = now + settings.valid_for
+    else:
+        ends = now + settings.alert_ttl
+    # Alertmanager refuses an alert that ends before it starts ("start time must be before end time").
+    starts = min(finding.opened_at or now, now, ends) if finding.state != "reported" else now
+    return Alert(labels, annotations, starts, ends, resolved), severity
+
+
+def one_per_labels(alerts: list[Alert]) -> tuple[Alert, ...]:
+    """One alert per label set in one body to Alertmanager: a firing one over a resolved one. Alertmanager
+    merges a body's alerts in order, the later winning, so a finding that ended and another that opened
+    under the same labels, in one summary, would otherwise be posted as ended."""
+    kept: dict[str, Alert] = {}
+    for alert in alerts:
+        held = kept.get(alert.fingerprint)
+        if held is None or (held.resolved and not alert.resolved):
+            kept[alert.fingerprint] = alert
+    return tuple(kept.values())
 
 
 def decide(event_type: str, found: list[Finding], settings: Settings, now: datetime) -> Verdict:
@@ -137,3 +159,27 @@ def decide(event_type: str, found: list[Finding], settings: Settings, now: datet
     if not settings.alertmanager and not settings.webhook:
         return Verdict("drop", f"no receiver configured (set ALERTMANAGER_URL or WEBHOOK_URL) for {state}: {listed}")
     return Verdict("forward", f"{state}: {listed}{dropped}", tuple(alerts))
+
+
+def refresh(on_record: list[Finding], settings: Settings, now: datetime) -> Verdict:
+    """A tick: what Alertmanager must hold, from the findings on record (the ledger is the truth). Every open
+    one is re-posted firing; one resolved within ALERT_RESOLVED_FOR is re-posted resolved (Prometheus re-sends
+    a resolved alert for 15 minutes: rules/alerting.go resolvedRetention), so an Alertmanager that restarted,
+    or missed the notice, holds the right state within a tick. Only Alertmanager gets them: it deduplicates
+    by labels, while a webhook would take every re-post for a new message."""
+    if not settings.alertmanager:
+        return Verdict("drop", "no ALERTMANAGER_URL: nothing to keep alive (webhooks get one message per notice)")
+    floor = SEVERITIES.index(settings.min_severity)
+    alerts: list[Alert] = []
+    for finding in on_record:
+        if finding.state == "resolved" and (finding.resolved_at is None
+                                            or now - finding.resolved_at > settings.resolved_for):
+            continue
+        alert, severity = to_alert(finding, settings, now)
+        if SEVERITIES.index(severity) >= floor:
+            alerts.append(alert)
+    kept = one_per_labels(alerts)
+    firing = sum(not a.resolved for a in kept)
+    reason = (f"{firing} firing and {len(kept) - firing} resolved alert(s) re-posted from {len(on_record)} "
+              f"finding(s) on record")
+    return Verdict("refresh" if kept else "drop", reason, kept)

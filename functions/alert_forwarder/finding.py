@@ -8,10 +8,12 @@ becomes a finding (its category and identity then come from the event's type and
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from shared.errors import BadEvent
+from shared.finding import FINDING_LABEL, digest
 from shared.intake import Incoming
 
 PREFIX = "io.vmevents."
@@ -32,6 +34,16 @@ class Finding:
     advice: tuple[Any, ...] = ()
     details: Mapping[str, Any] = field(default_factory=dict)
     id: str | None = None              # the id of the reply it came in (or would have, inside a summary)
+    key: str = ""                      # with function, category and subject: its identity (docs/findings.md)
+    opened_at: datetime | None = None  # its episode's start (openedAt), when it has one
+    resolved_at: datetime | None = None
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """Its identity as labels: the producer's, and the digest of its whole identity (shared.finding's rule:
+        two findings are never one alert), computed here for a finding written before the label existed."""
+        return {**self.identity, FINDING_LABEL: self.identity.get(FINDING_LABEL)
+                or digest(self.function, self.category, self.subject or "", self.key)}
 
 
 def findings(event: Incoming) -> list[Finding]:
@@ -67,7 +79,27 @@ def _finding(data: Mapping[str, Any], function: str, what: str, subject: str | N
                    summary=_text(data.get("summary")) or "",
                    advice=tuple(advice) if isinstance(advice, list) else ((advice,) if advice else ()),
                    details=details if isinstance(details, Mapping) else {},
-                   id=_text(data.get("id")) or event_id)
+                   id=_text(data.get("id")) or event_id, key=_text(data.get("key")),
+                   opened_at=_when(data.get("openedAt")), resolved_at=_when(data.get("resolvedAt")))
+
+
+def on_record(data: Mapping[str, Any], state: str, opened_at: datetime | None,
+              resolved_at: datetime | None) -> Finding:
+    """A finding as its record keeps it (shared/findings.py: the schema, with its life beside it); `state` is
+    `detected` for an open one, `resolved` for one that ended."""
+    found = _finding({**data, "state": state}, _text(data.get("function")), state, _text(data.get("subject")), None)
+    return replace(found, opened_at=opened_at or found.opened_at, resolved_at=resolved_at or found.resolved_at)
+
+
+def _when(value: Any) -> datetime | None:
+    """An RFC 3339 time of the schema (openedAt, resolvedAt); None when absent or unreadable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        found = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return found if found.tzinfo is not None else None
 
 
 def _text(value: Any) -> str:

@@ -1,14 +1,14 @@
 """The functions-framework entry point of alert-forwarder: `--target handle`.
 
 Settings (receivers, credentials files, MIN_SEVERITY) are read once, when the server starts; a bad
-setting stops the start with a message naming the variable. No Kubernetes client: this function
-never calls the API.
+setting stops the start with a message naming the variable. Its Kubernetes client only lists the
+finding Events on record, on a tick (handler.tick).
 """
 from functions.alert_forwarder.handler import on_event
 from functions.alert_forwarder.settings import FUNCTION, load
 from shared.runtime import start
 
-app = start(FUNCTION, on_event, load, needs_kube=False)
+app = start(FUNCTION, on_event, load)
 
 
 def handle(request):

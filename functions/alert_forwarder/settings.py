@@ -36,10 +36,14 @@ class Settings:
     min_severity: str = "warning"
     cluster: str = ""
     alert_ttl: timedelta = timedelta(hours=1)
-    # Findings that have a `.resolved` (device conflicts, IO-error pauses) are reported once per
-    # episode, not repeated: their alert stays firing until the `.resolved` arrives, bounded by this
-    # so that a lost `.resolved` cannot keep an alert up forever.
-    until_resolved_ttl: timedelta = timedelta(days=7)
+    # A finding with an episode is kept alive as Prometheus keeps its alerts (docs/alert-forwarder.md): each
+    # post of its firing alert ends `valid_for` later (Prometheus: 4 × max(evaluation interval, resend delay
+    # 1m), rules/alerting.go sendAlerts), and every tick re-posts it from the finding's record; a resolved
+    # one is re-posted for `resolved_for` (Prometheus' resolvedRetention, 15m) with its end `clock_skew` in
+    # the past, so that an Alertmanager whose clock is behind ours still sees it ended.
+    valid_for: timedelta = timedelta(minutes=4)
+    resolved_for: timedelta = timedelta(minutes=15)
+    clock_skew: timedelta = timedelta(minutes=1)
     runbook_base: str = DEFAULT_RUNBOOK_BASE
     timeout: float = 5.0
 
@@ -64,8 +68,11 @@ class Settings:
                    min_severity=env.choice("MIN_SEVERITY", "warning", SEVERITIES),
                    cluster=_label_value(env, "CLUSTER_NAME"),
                    alert_ttl=_positive(env.duration("ALERT_TTL", "1h"), "ALERT_TTL", "1h"),
-                   until_resolved_ttl=_positive(env.duration("ALERT_TTL_UNTIL_RESOLVED", "7d"),
-                                                "ALERT_TTL_UNTIL_RESOLVED", "7d"),
+                   valid_for=_longer_than_a_tick(env.duration("ALERT_VALID_FOR", "4m"), "ALERT_VALID_FOR", "4m"),
+                   resolved_for=_longer_than_a_tick(env.duration("ALERT_RESOLVED_FOR", "15m"), "ALERT_RESOLVED_FOR",
+                                                    "15m"),
+                   clock_skew=_at_most(env.duration("ALERT_CLOCK_SKEW", "1m"), "ALERT_CLOCK_SKEW",
+                                       timedelta(minutes=10), "1m"),
                    runbook_base=runbook,
                    timeout=env.number("SEND_TIMEOUT", 5.0, minimum=0.1, maximum=60))
 
@@ -116,6 +123,24 @@ def _label_value(env: Env, name: str) -> str:
     value = env.raw(name, "")
     if len(value) > 253:
         raise SettingsError(f"{name} is {len(value)} characters long; use a short cluster name like harvester-prod.")
+    return value
+
+
+TICK = timedelta(minutes=1)  # the PingSource's period (deploy/base/sources.yaml: every minute)
+
+
+def _longer_than_a_tick(value: timedelta, name: str, example: str) -> timedelta:
+    """A lifetime renewed on every tick must outlast a tick (Prometheus allows for two failed sends in four)."""
+    if value <= TICK:
+        raise SettingsError(f"{name} must be longer than the PingSource's period (1m), or an alert ends between "
+                            f"two ticks; use a value like {example}.")
+    return value
+
+
+def _at_most(value: timedelta, name: str, limit: timedelta, example: str) -> timedelta:
+    if not timedelta(0) <= value <= limit:
+        raise SettingsError(f"{name} must be from 0s to {int(limit.total_seconds() // 60)}m; use a value like "
+                            f"{example}.")
     return value
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from functions.alert_forwarder.finding import Finding
 from functions.alert_forwarder.settings import FUNCTION, Settings
+from shared.finding import FINDING_LABEL
 from shared.intake import Incoming
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def identity(labels: Mapping[str, str]) -> str:
     name = labels.get("vm") or labels.get("name")
     who = "/".join(part for part in (labels.get("namespace"), name) if part) or "cluster"
     extra = [f"{k}={v}" for k, v in sorted(labels.items())
-             if v and k not in ("alertname", "severity", "cluster", "namespace", "vm", "name")]
+             if v and k not in ("alertname", "severity", "cluster", "namespace", "vm", "name", FINDING_LABEL)]
     return who + (f" [{', '.join(extra)}]" if extra else "")
 
 

@@ -95,8 +95,10 @@ def rescan(ctx: KubeContext[Settings], delivery: str) -> Outcome:
 def converge(found: Target, ctx: KubeContext[Settings], delivery: str = "") -> Outcome:
     """Read fresh, decide, record. Nothing but Events is ever written, so there is nothing to retry.
     `delivery`: the id of the event being handled (a redelivery of it answers as it did)."""
-    vmi = ctx.kube.get(VMI, found.namespace, found.name)
+    # The Events (the episode on record among them) before the VMI: an episode is never judged over by a view
+    # of the VMI older than the episode (shared/findings.py, Races).
     events = list(ctx.kube.list(EVENT, found.namespace, field_selector=f"involvedObject.name={found.name}"))
+    vmi = ctx.kube.get(VMI, found.namespace, found.name)
     subject = VMI.path(found.namespace, found.name)
     involved = involved_object(vmi, events, found)
     records = _records(events, involved)

@@ -44,20 +44,20 @@ def device_conflict(holder="default/vm2", blocked=("default/vm1",), *, device="h
 
 
 def migration_report(vmi="default/vm1", migration="default/vm1-migration-abcde", *, category="completion-timeout",
-                     state="detected", severity="warning", **extra) -> dict:
+                     state="detected", severity="warning", uid=None, **extra) -> dict:
     namespace, name = _ns_name(migration)
     details = {"migration": migration, "vmi": vmi, "vm": vmi, "phase": "Failed", "category": category, **extra}
     said = (f"Migration {migration} of VMI {vmi} failed: completion timeout after 7200 s "
             f"(8 GB at 800 s/GiB… the guest dirties memory faster than the network copies it).")
     advice = [{"action": "apply MigrationPolicy vm1-migration", "why": "Let KubeVirt auto-converge.",
                "yaml": "apiVersion: migrations.kubevirt.io/v1alpha1\nkind: MigrationPolicy\n"}]
-    return _data("migration-report", category, VMIM_PATH.format(ns=namespace, name=name), "uid-" + name,
+    return _data("migration-report", category, VMIM_PATH.format(ns=namespace, name=name), uid or "uid-" + name,
                  {"namespace": namespace, "vm": _ns_name(vmi)[1], "migration": name}, severity, said, advice,
                  details, state)
 
 
 def io_pause(vmi="default/vm1", *, pvcs=("vm1-disk-0",), category="rebuild-related", pauses=3, state="detected",
-             severity="critical", **extra) -> dict:
+             severity="critical", uid=None, **extra) -> dict:
     namespace, name = _ns_name(vmi)
     volumes = [{"pvc": pvc, "pv": f"pvc-{i}", "longhornVolume": f"pvc-{i}", "robustness": "degraded",
                 "rebuilding": True, "progress": 42} for i, pvc in enumerate(pvcs)]
@@ -65,17 +65,18 @@ def io_pause(vmi="default/vm1", *, pvcs=("vm1-disk-0",), category="rebuild-relat
     said = (f"VMI {vmi} no longer pauses on IO errors." if state == "resolved"
             else f"VMI {vmi} pauses on IO errors ({category}), {pauses} pause(s) so far.")
     advice = ["Disable fstrim.timer in the guest, or spread its schedule.", "It ends when the replica rebuild ends."]
-    return _data("io-pause-report", category, VMI_PATH.format(ns=namespace, name=name), "uid-" + name,
+    return _data("io-pause-report", category, VMI_PATH.format(ns=namespace, name=name), uid or "uid-" + name,
                  {"namespace": namespace, "vm": name, "volume": ",".join(sorted(pvcs))}, severity, said,
                  advice if state != "resolved" else [], details, state)
 
 
-def cleaned(vmi="default/vm1", action="deleted-vmi") -> dict:
+def cleaned(vmi="default/vm1", action="deleted-vmi", uid=None) -> dict:
     namespace, name = _ns_name(vmi)
     details = {"vmi": vmi, "vm": vmi, "action": action,
                "reason": "runStrategy Manual: KubeVirt will not start it again", "previousRunStrategy": "Manual",
                "dryRun": False}
-    return _data("vmi-cleanup", "vmi-cleaned-up", VMI_PATH.format(ns=namespace, name=name), action,
+    return _data("vmi-cleanup", "vmi-cleaned-up", VMI_PATH.format(ns=namespace, name=name),
+                 f"{uid or 'uid-' + name}/{action}",
                  {"namespace": namespace, "vm": name}, "info",
                  f"vmi-cleanup {action} for VMI {vmi}: {details['reason']}", [], details, "reported")
 

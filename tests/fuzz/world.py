@@ -31,7 +31,7 @@ FUNCTIONS = {"vmi-cleanup": ("vmi_cleanup", "vmevents/vmi-cleanup"),
              "device-conflict": ("device_conflict", "vmevents/device-conflict"),
              "migration-report": ("migration_report", "vmevents/migration-report"),
              "io-pause-report": ("io_pause_report", "vmevents/io-pause-report"),
-             "alert-forwarder": ("alert_forwarder", None),
+             "alert-forwarder": ("alert_forwarder", "vmevents/alert-forwarder"),
              "dead-letter": ("dead_letter", None)}
 
 

@@ -44,7 +44,7 @@ def test_an_episode_announces_its_start_and_its_end_once(cluster, ledger):
     [record] = ledger.records()
     ended = ledger.resolve(record, "ping-1", NOW + timedelta(minutes=1), summary="it ended")
     assert ended is not None and ended.transition == RESOLVED
-    assert ended.data()["summary"] == "it ended" and ended.data()["identity"] == dict(FINDING.identity)
+    assert ended.data()["summary"] == "it ended" and ended.data()["identity"] == FINDING.labels
     assert ledger.resolve(record, "ping-2", NOW + timedelta(minutes=2)) is None
     assert list(ledger.records()) == []
     event = _event(cluster)
@@ -110,3 +110,21 @@ def test_the_event_is_named_from_the_identity_and_replies_follow_the_schema(ledg
     assert both is not None and both.type == "io.vmevents.device-conflict.batch"
     assert [f["id"] for f in both.data["findings"]] == [reply.id, done.id]
     assert one_or_summary("device-conflict", "/x", [reply], "one") is reply
+
+
+def test_a_record_sighted_after_it_was_read_is_not_resolved_by_the_reader():
+    """A re-scan reads the record, then the state it judges it by; an event that sees the finding in between
+    (its patch moves the record on) was looking later than that state: the re-scan's resolution gives up, and
+    the next one decides again. A renewal alone is no sighting: a resolution over it goes ahead."""
+    with SimCluster() as cluster:
+        ledger = Ledger(Kube(cluster.api_client(service_account="vmevents/device-conflict")), "device-conflict",
+                        renew_after=timedelta(seconds=10), reason="HostDeviceConflict")
+        ledger.sighted(FINDING, VM, "ce-1", NOW)
+        [read] = ledger.records()
+        assert ledger.sighted(FINDING, VM, "ce-2", NOW + timedelta(seconds=1)) is None  # seen again meanwhile
+        assert ledger.resolve(read, "ping-1", NOW + timedelta(seconds=2)) is None
+        [still] = ledger.records()
+        assert still.open and still.count == 2
+        assert ledger.renew_stale([still], NOW + timedelta(minutes=5)) == 1  # someone renewed it meanwhile
+        ended = ledger.resolve(still, "ping-2", NOW + timedelta(minutes=6))
+        assert ended is not None and ended.transition == RESOLVED

@@ -12,6 +12,7 @@ from functions.alert_forwarder.finding import findings
 from functions.alert_forwarder.settings import Receiver, Settings, read_headers
 from functions.alert_forwarder.wording import slack_message, webhook_payload
 from shared.errors import BadEvent
+from shared.finding import digest
 from shared.intake import Incoming
 from shared.settings import SettingsError
 from simcluster.builders import findings as b
@@ -20,6 +21,7 @@ from tests.conftest import REPO
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 AM = Settings(alertmanager=Receiver(("http://alertmanager:9093",)), cluster="prod")
 BASE = "https://github.com/vmevents/vmevents/blob/main/README.md"
+SUBJECT = "/api/v1/namespaces/ns4/things/x"
 
 
 def incoming(type_, data, subject=None):
@@ -35,37 +37,38 @@ DEVICE = {"alertname": "VMHostDeviceConflict", "severity": "warning", "namespace
           "device": "harvester-ktmg4-000004102", "conflict": "taken-while-stopped", "cluster": "prod"}
 ROWS = [
     pytest.param("io.vmevents.device-conflict.detected", b.device_conflict(), DEVICE, False, "vmhostdeviceconflict",
-                 timedelta(days=7), id="device-conflict-detected"),
+                 timedelta(minutes=4), id="device-conflict-detected"),
     pytest.param("io.vmevents.device-conflict.resolved", b.device_conflict(state="resolved"), DEVICE,
-                 True, "vmhostdeviceconflict", timedelta(0), id="device-conflict-resolved-same-labels"),
+                 True, "vmhostdeviceconflict", -timedelta(minutes=1), id="device-conflict-resolved-same-labels"),
     pytest.param("io.vmevents.device-conflict.detected",
                  b.device_conflict(holder=None, blocked=("ns2/vm-a", "ns2/vm-b"), kind="double-assigned",
                                    severity=None),
                  {"alertname": "VMHostDeviceConflict", "severity": "warning", "namespace": "ns2", "vm": "vm-a",
                   "device": "harvester-ktmg4-000004102", "conflict": "double-assigned", "cluster": "prod"},
-                 False, "vmhostdeviceconflict", timedelta(days=7), id="double-assigned-no-holder-no-severity"),
+                 False, "vmhostdeviceconflict", timedelta(minutes=4), id="double-assigned-no-holder-no-severity"),
     pytest.param("io.vmevents.migration-report.detected", b.migration_report(),
                  {"alertname": "VMMigrationFailed", "severity": "warning", "namespace": "default", "vm": "vm1",
                   "migration": "vm1-migration-abcde", "cluster": "prod"},
-                 False, "vmmigrationfailed", timedelta(days=7), id="migration-failed"),
+                 False, "vmmigrationfailed", timedelta(minutes=4), id="migration-failed"),
     pytest.param("io.vmevents.migration-report.detected", b.migration_report(category="near-timeout",
                                                                              phase="Succeeded"),
                  {"alertname": "VMMigrationNearTimeout", "severity": "warning", "namespace": "default", "vm": "vm1",
                   "migration": "vm1-migration-abcde", "cluster": "prod"},
-                 False, "vmmigrationneartimeout", timedelta(days=7), id="migration-near-timeout"),
+                 False, "vmmigrationneartimeout", timedelta(minutes=4), id="migration-near-timeout"),
     pytest.param("io.vmevents.io-pause-report.detected", b.io_pause(pvcs=("vm1-disk-1", "vm1-disk-0")),
                  {"alertname": "VMPausedOnIOError", "severity": "critical", "namespace": "default", "vm": "vm1",
                   "volume": "vm1-disk-0,vm1-disk-1", "cluster": "prod"},
-                 False, "vmpausedonioerror", timedelta(days=7), id="io-pause-detected-volumes-sorted"),
+                 False, "vmpausedonioerror", timedelta(minutes=4), id="io-pause-detected-volumes-sorted"),
     pytest.param("io.vmevents.io-pause-report.resolved", b.io_pause(pvcs=("vm1-disk-0", "vm1-disk-1"),
                                                                     state="resolved"),
                  {"alertname": "VMPausedOnIOError", "severity": "critical", "namespace": "default", "vm": "vm1",
                   "volume": "vm1-disk-0,vm1-disk-1", "cluster": "prod"},
-                 True, "vmpausedonioerror", timedelta(0), id="io-pause-resolved"),
+                 True, "vmpausedonioerror", -timedelta(minutes=1), id="io-pause-resolved"),
     pytest.param("io.vmevents.io-pause-report.detected", b.io_pause(severity="Warn"),
                  {"alertname": "VMPausedOnIOError", "severity": "warning", "namespace": "default", "vm": "vm1",
                   "volume": "vm1-disk-0", "cluster": "prod"},
-                 False, "vmpausedonioerror", timedelta(days=7), id="severity-from-the-finding-wins-aliases-understood"),
+                 False, "vmpausedonioerror", timedelta(minutes=4),
+                 id="severity-from-the-finding-wins-aliases-understood"),
     pytest.param("io.vmevents.vmi-cleanup.cleaned", b.cleaned(),
                  {"alertname": "VMICleanedUp", "severity": "info", "namespace": "default", "vm": "vm1",
                   "cluster": "prod"},
@@ -75,13 +78,13 @@ ROWS = [
                   "summary": "Something new.", "severity": "critical", "state": "detected"},
                  {"alertname": "VmeventsNewFunctionDiskOnFire", "severity": "critical", "namespace": "ns3",
                   "vm": "vm9", "cluster": "prod"},
-                 False, "other-findings", timedelta(days=7), id="unknown-category-forwarded-generically"),
+                 False, "other-findings", timedelta(minutes=4), id="unknown-category-forwarded-generically"),
     pytest.param("io.vmevents.new-function.resolved",
                  {"category": "disk-on-fire", "identity": {"namespace": "ns3", "vm": "vm9"}, "severity": "critical",
                   "state": "resolved"},
                  {"alertname": "VmeventsNewFunctionDiskOnFire", "severity": "critical", "namespace": "ns3",
                   "vm": "vm9", "cluster": "prod"},
-                 True, "other-findings", timedelta(0), id="unknown-resolved-ends-its-detected"),
+                 True, "other-findings", -timedelta(minutes=1), id="unknown-resolved-ends-its-detected"),
     pytest.param("io.vmevents.new-function.noticed", {"anything": 1},
                  {"alertname": "VmeventsNewFunctionNoticed", "severity": "warning", "namespace": "ns4", "name": "x",
                   "cluster": "prod"},
@@ -92,12 +95,16 @@ ROWS = [
 @pytest.mark.parametrize("type_,data,labels,resolved,anchor,lasts", ROWS)
 def test_each_finding_becomes_one_alert_labelled_by_its_identity(type_, data, labels, resolved, anchor, lasts):
     settings = Settings(alertmanager=AM.alertmanager, cluster="prod", min_severity="info")
-    verdict = alerts_for(type_, data, settings, subject="/api/v1/namespaces/ns4/things/x")
+    verdict = alerts_for(type_, data, settings, subject=SUBJECT)
     assert verdict.action == "forward", verdict.reason
     (alert,) = verdict.alerts
-    assert alert.labels == labels
+    function, _, what = type_.removeprefix("io.vmevents.").partition(".")
+    assert alert.labels == {**labels, "finding": digest(data.get("function") or function, data.get("category") or what,
+                                                        data.get("subject") or SUBJECT, data.get("key") or "")}
     assert alert.resolved is resolved
-    assert alert.starts_at == NOW
+    # A detected or resolved finding's alert starts when its episode opened; a reported one when it is posted.
+    opened = datetime.fromisoformat(data["openedAt"]) if data.get("openedAt") and lasts != timedelta(hours=1) else NOW
+    assert alert.starts_at == min(opened, NOW + lasts)
     assert alert.ends_at == NOW + lasts
     assert alert.annotations["runbook_url"] == f"{BASE}#{anchor}"
     assert alert.annotations["summary"] and alert.annotations["description"]
@@ -128,7 +135,7 @@ def test_the_same_finding_again_gives_the_same_labels():
                    findings(incoming("io.vmevents.device-conflict.detected", b.device_conflict())), AM,
                    NOW + timedelta(minutes=5))
     assert first.alerts[0].labels == again.alerts[0].labels
-    assert again.alerts[0].ends_at == NOW + timedelta(minutes=5, days=7)
+    assert again.alerts[0].ends_at == NOW + timedelta(minutes=5 + 4), "ALERT_VALID_FOR after each post"
 
 
 # -- severities and drops ---------------------------------------------------------------------------
@@ -191,7 +198,7 @@ def test_json_webhook_is_alertmanagers_own_payload_with_the_finding():
     payload = webhook_payload(alert, event, AM)
     assert payload["version"] == "4" and payload["status"] == "firing"
     assert payload["alerts"][0]["labels"] == alert.labels
-    assert payload["alerts"][0]["startsAt"] == "2026-11-30T12:00:00.000Z"
+    assert payload["alerts"][0]["startsAt"] == "2026-11-30T11:58:00.000Z", "when its episode opened"
     assert payload["finding"]["type"] == event.type and payload["finding"]["data"] == event.data
 
 
@@ -328,3 +335,42 @@ def test_every_producers_finding_becomes_its_alert_through_the_one_schema():
         names[function] = alert.labels["alertname"]
     assert names == {"device-conflict": "VMHostDeviceConflict", "io-pause-report": "VMPausedOnIOError",
                      "migration-report": "VMMigrationFailed", "vmi-cleanup": "VMICleanedUp"}
+
+
+# -- the tick: what Alertmanager must hold, from the findings on record ------------------------------
+def test_a_tick_reposts_the_open_findings_and_the_recently_resolved_ones_only():
+    from functions.alert_forwarder.decide import refresh
+    from functions.alert_forwarder.finding import on_record
+
+    opened = NOW - timedelta(hours=2)
+    open_one = on_record(b.device_conflict(), "detected", opened, None)
+    just_ended = on_record(b.io_pause(state="resolved"), "resolved", opened, NOW - timedelta(minutes=5))
+    long_ended = on_record(b.migration_report(state="resolved"), "resolved", opened, NOW - timedelta(minutes=16))
+    info = on_record(b.cleaned(), "detected", opened, None)
+    verdict = refresh([open_one, just_ended, long_ended, info], AM, NOW)
+    assert verdict.action == "refresh", verdict.reason
+    by_name = {a.labels["alertname"]: a for a in verdict.alerts}
+    assert set(by_name) == {"VMHostDeviceConflict", "VMPausedOnIOError"}, "ended > ALERT_RESOLVED_FOR ago, or below"
+    firing, ended = by_name["VMHostDeviceConflict"], by_name["VMPausedOnIOError"]
+    assert (firing.starts_at, firing.ends_at, firing.resolved) == (opened, NOW + timedelta(minutes=4), False)
+    assert (ended.ends_at, ended.resolved) == (NOW - timedelta(minutes=6), True), "its resolution less ALERT_CLOCK_SKEW"
+    assert refresh([open_one], Settings(webhook=AM.alertmanager), NOW).action == "drop", "webhooks get notices only"
+
+
+def test_one_body_holds_one_alert_per_label_set_the_firing_one_winning():
+    from functions.alert_forwarder.decide import one_per_labels
+
+    event = incoming("io.vmevents.device-conflict.scanned", {"findings": [
+        b.device_conflict(), b.device_conflict(state="resolved"), b.device_conflict(blocked=("default/vm3",))]})
+    alerts = decide(event.type, findings(event), AM, NOW).alerts
+    assert len(alerts) == 3, "each finding is its own alert (and its own webhook message)"
+    kept = one_per_labels(list(alerts))
+    assert len(kept) == 2 and not any(a.resolved for a in kept)
+
+
+@pytest.mark.parametrize("env,word", [({"ALERT_VALID_FOR": "1m"}, "ALERT_VALID_FOR"),
+                                      ({"ALERT_RESOLVED_FOR": "30s"}, "ALERT_RESOLVED_FOR"),
+                                      ({"ALERT_CLOCK_SKEW": "1h"}, "ALERT_CLOCK_SKEW")])
+def test_alert_lifetimes_that_cannot_work_stop_the_start(env, word):
+    with pytest.raises(SettingsError, match=word):
+        Settings.from_env(env)

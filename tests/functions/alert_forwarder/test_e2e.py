@@ -13,18 +13,22 @@ import itertools
 import json
 import os
 import time
+from datetime import UTC, datetime
 
 import pytest
 
+from shared.findings import Finding, Ledger
+from shared.kube import Kube
 from simcluster.alertmanager import Alertmanager, Receiver, find_binary
 from simcluster.builders import findings as b
 from simcluster.play import virtctl_start
 from tests import e2e
 from tests.e2e import eventually
-from tests.rbac import granted, used
+from tests.rbac import assert_exact_rbac, granted
 
 pytestmark = pytest.mark.e2e
 FUNCTION_SA = "vmevents/alert-forwarder"
+PRODUCER = "e2e-producer"  # a producer no function's re-scan knows: nothing but the test settles its findings
 _names = itertools.count(1)
 
 
@@ -86,6 +90,7 @@ def test_a_device_conflict_arrives_with_the_right_labels_and_annotations(world):
     (alert,) = eventually(lambda: world.alertmanager.alerts(namespace=ns), what="the alert in Alertmanager")
     assert alert["labels"] == {"alertname": "VMHostDeviceConflict", "severity": "warning", "namespace": ns,
                                "vm": "vm2", "device": "harvester-ktmg4-000004102", "conflict": "taken-while-stopped",
+                               "finding": b.device_conflict(f"{ns}/vm2", (f"{ns}/vm1",))["identity"]["finding"],
                                "cluster": "e2e"}
     assert alert["annotations"]["summary"].startswith(f"{ns}/vm2 holds harvester-ktmg4-000004102")
     assert alert["annotations"]["runbook_url"].endswith("README.md#vmhostdeviceconflict")
@@ -103,12 +108,13 @@ def test_findings_are_grouped_by_alertname_and_namespace(world):
     assert set(groups) == {"VMPausedOnIOError", "VMMigrationFailed"}
     assert sorted(a["labels"]["vm"] for a in groups["VMPausedOnIOError"]["alerts"]) == ["vm1", "vm2", "vm3"]
     assert groups["VMPausedOnIOError"]["labels"] == {"alertname": "VMPausedOnIOError", "namespace": ns}
-    # Alertmanager notified its receiver once per group, with every alert of the group in it.
+    # Alertmanager notified its receiver per group, with every alert of the group in one notification. (Their
+    # episodes opened in the past, so it notifies about the first at once, dispatch.go, and the others with it
+    # at the group's next interval.)
     group = groups["VMPausedOnIOError"]["labels"]
-    notice = world.notifications.wait_for(lambda posts: [p["body"] for p in posts
-                                                         if p["body"]["groupLabels"] == group],
-                                          what="the group's notification")
-    assert max(len(n["alerts"]) for n in notice) == 3
+    world.notifications.wait_for(lambda posts: [p for p in posts if p["body"]["groupLabels"] == group
+                                                and len(p["body"]["alerts"]) == 3],
+                                 what="the group's notification with its three alerts")
 
 
 def test_a_repeated_finding_keeps_one_alert_alive_not_duplicates(world):
@@ -199,9 +205,50 @@ def test_a_receiver_down_for_good_dead_letters_the_finding_so_it_is_not_lost(wor
     assert "answered 503" in json.loads(logged)["error"], "with the function's own explanation"
 
 
-def test_the_function_has_no_kubernetes_permissions_and_uses_none(world):
-    """Last: by now every path has run. The exact-RBAC check does not apply: alert-forwarder ships
-    no role, its ServiceAccount has no binding, and it never called the API."""
+def test_a_tick_brings_an_alert_back_after_alertmanager_restarts_and_webhooks_get_one_pair(world):
+    """The finding is on record (a producer's ledger; here a producer of the test's own, whose findings no
+    function's re-scan would settle) and its notice reached alert-forwarder. Alertmanager restarts mid-episode
+    and forgets it (alerts live in its memory only): the next tick re-posts it from the record. The episode
+    ends; the ticks that follow re-post it resolved, and the webhook still got exactly one firing and one
+    resolved message."""
+    ns = unique_ns()
+    ledger = Ledger(Kube(world.cluster.api_client()), PRODUCER, reason="E2eFinding")
+    # the finding's recipient (its Event lives in the recipient's namespace; the alert's labels are the finding's)
+    vm = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+          "metadata": {"name": f"{ns}-vm1", "namespace": "default", "uid": f"uid-{ns}"}}
+    finding = Finding(PRODUCER, "disk-on-fire", f"/apis/kubevirt.io/v1/namespaces/{ns}/virtualmachines/vm1", "k",
+                      {"namespace": ns, "vm": "vm1"}, "critical", "vm1's disk is on fire.")
+    opened = ledger.sighted(finding, vm, f"add-{ns}", datetime.now(UTC))
+    assert opened is not None
+    _publish(world, opened.reply())
+    (first,) = eventually(lambda: world.alertmanager.alerts(namespace=ns), what="the alert")
+    world.alertmanager.restart()
+    assert not world.alertmanager.alerts(namespace=ns), "a restarted Alertmanager holds no alert"
+    world.tick()
+    (again,) = eventually(lambda: world.alertmanager.alerts(namespace=ns), timeout=5, what="the alert back")
+    assert again["labels"] == first["labels"] and again["status"]["state"] == "active"
+    [record] = [r for r in ledger.records("default") if r.finding.identity.get("namespace") == ns]
     world.settle()
-    assert granted(FUNCTION_SA) == set()
-    assert used(world.cluster.requests, FUNCTION_SA) == set()
+    assert [a["status"]["state"] for a in world.alertmanager.alerts(namespace=ns)] == ["active"], "still firing"
+    ended = ledger.resolve(record, f"ping-{ns}", datetime.now(UTC), summary="it ended")
+    assert ended is not None
+    _publish(world, ended.reply())
+    eventually(lambda: not world.alertmanager.alerts(namespace=ns), what="the alert ended")
+    for _ in range(3):
+        world.tick()
+    assert not world.alertmanager.alerts(namespace=ns), "re-posted resolved, it stays ended"
+    world.settle()
+    sent = [p["body"]["status"] for p in world.hook.posts if p["body"]["commonLabels"].get("namespace") == ns]
+    assert sent == ["firing", "resolved"], "one firing and one resolved message for the episode, whatever the ticks"
+
+
+def _publish(world, reply):
+    """A producer's reply into the broker, as the broker would carry it."""
+    world.knative.broker.publish(b.finding_event(reply.type, reply.data, reply.subject, id=reply.id))
+
+
+def test_the_function_may_only_list_events_and_does(world):
+    """Last: by now every path has run. Its one permission, used on every tick: list the finding Events."""
+    world.settle()
+    assert granted(FUNCTION_SA) == {("list", "", "events")}
+    assert_exact_rbac(world.cluster.requests, FUNCTION_SA)
