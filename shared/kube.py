@@ -86,6 +86,13 @@ class Conflict(TemporaryError, KubeError):
     """409, or a JSON-patch `test` that failed (422): the object changed; read again, decide again."""
 
 
+class Vanished(Conflict):
+    """404 on a PATCH or PUT: the object was there when it was read and is gone now (deleted between the read
+    and the write). Like a Conflict it means read again and decide again: every read-modify-write loop that
+    catches Conflict re-reads, finds nothing, and acts on that (creates it anew, or has nothing left to do).
+    Never a permanent 400: the event is fine, the world moved (docs/facts.md §6: a 400 is dead-lettered)."""
+
+
 class Forbidden(TemporaryError, KubeError):
     """403: the shipped RBAC does not allow it. Retried, then dead-lettered: visible, not silent."""
 
@@ -107,9 +114,14 @@ class Expired(PermanentError, KubeError):
 _PATCH_DID_NOT_APPLY = "the server rejected our request due to an error in our request"
 
 
-def _error_for(status: int, message: str, retry_after: float | None) -> Exception:
+_WRITES = frozenset({"PATCH", "PUT"})
+
+
+def _error_for(status: int, message: str, retry_after: float | None, method: str = "GET") -> Exception:
     if status == 404:
-        return NotFound(message)
+        # A write names an object it read: a 404 now means it went away meanwhile (a DELETE's 404 is "already
+        # gone", which Kube.delete answers itself; a POST's is a missing namespace, and stays NotFound).
+        return Vanished(f"{message} (it was deleted after it was read)") if method in _WRITES else NotFound(message)
     if status == 409:
         return Conflict(message)
     if status == 410:
@@ -206,7 +218,7 @@ class Kube:
         if response.status >= 300:
             message = _status_message(data, f"HTTP {response.status}")
             retry_after = parse_retry_after(response.getheader("Retry-After"))
-            raise _error_for(response.status, f"{what}: {message}", retry_after)
+            raise _error_for(response.status, f"{what}: {message}", retry_after, method)
         return data
 
     # -- verbs -------------------------------------------------------------------------------
