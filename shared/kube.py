@@ -22,8 +22,7 @@ from urllib3.exceptions import HTTPError as TransportError
 
 from shared.errors import PermanentError, TemporaryError, parse_retry_after
 
-# (connect, read) seconds: a hung API server must turn into a 5xx before the broker's delivery
-# timeout, so the broker redelivers instead of giving up on a slow attempt.
+# (connect, read) seconds: a hung API server is a 5xx before the broker's delivery timeout, so it redelivers.
 REQUEST_TIMEOUT = (3.0, 10.0)
 PAGE_SIZE = 250
 
@@ -86,11 +85,8 @@ class Conflict(TemporaryError, KubeError):
     """409, or a JSON-patch `test` that failed (422): the object changed; read again, decide again."""
 
 
-class Vanished(Conflict):
-    """404 on a PATCH or PUT: the object was there when it was read and is gone now (deleted between the read
-    and the write). Like a Conflict it means read again and decide again: every read-modify-write loop that
-    catches Conflict re-reads, finds nothing, and acts on that (creates it anew, or has nothing left to do).
-    Never a permanent 400: the event is fine, the world moved (docs/facts.md §6: a 400 is dead-lettered)."""
+class Vanished(Conflict):  # 404 on a PATCH or PUT: deleted since it was read. Read again, never a permanent 400.
+    pass
 
 
 class Forbidden(TemporaryError, KubeError):
@@ -112,16 +108,9 @@ class Expired(PermanentError, KubeError):
 
 
 _PATCH_DID_NOT_APPLY = "the server rejected our request due to an error in our request"
-
-
-_WRITES = frozenset({"PATCH", "PUT"})
-
-
 def _error_for(status: int, message: str, retry_after: float | None, method: str = "GET") -> Exception:
-    if status == 404:
-        # A write names an object it read: a 404 now means it went away meanwhile (a DELETE's 404 is "already
-        # gone", which Kube.delete answers itself; a POST's is a missing namespace, and stays NotFound).
-        return Vanished(f"{message} (it was deleted after it was read)") if method in _WRITES else NotFound(message)
+    if status == 404:  # a write names an object it read: gone meanwhile (Kube.delete answers a 404 itself: done)
+        return Vanished(f"{message} (deleted since it was read)") if method in ("PATCH", "PUT") else NotFound(message)
     if status == 409:
         return Conflict(message)
     if status == 410:
