@@ -41,7 +41,8 @@ def deliver(alerts: tuple[Alert, ...], event: Incoming, settings: Settings) -> l
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         body = [alert.postable() for alert in alerts]
         for url in am.urls:  # every replica: Alertmanager replicas do not share alerts
-            failures += _post("Alertmanager", f"{url}/api/v2/alerts", body, headers, am.verify, settings.timeout)
+            failures += _post("Alertmanager", f"{url}/api/v2/alerts", body, headers, am.verify, settings.timeout,
+                              allowed=settings.redirect_origins)
         sent.append("alertmanager")
     if settings.webhook:
         hook = settings.webhook
@@ -50,7 +51,7 @@ def deliver(alerts: tuple[Alert, ...], event: Incoming, settings: Settings) -> l
         for alert in alerts:
             failures += _post("the webhook", hook.urls[0], payload_of(alert, event, settings),
                               {"X-Vmevents-Alert": alert.fingerprint, **headers}, hook.verify, settings.timeout,
-                              credentials=tuple(headers))
+                              credentials=tuple(headers), allowed=settings.redirect_origins)
         sent.append(f"webhook-{settings.webhook_format}")
     if failures:
         temporary = [f for f in failures if isinstance(f, TemporaryError)]
