@@ -62,8 +62,12 @@ def rescan(ctx: KubeContext[Settings], delivery: str = "") -> Outcome:
     answers as it did)."""
     base = reads.read(ctx.kube, ctx.settings.assignments)
     repaired = reads.repaired_at(base) if base is not None else None
-    if repaired is None or ctx.clock() - repaired >= ctx.settings.repair_every:
+    if (base is None or repaired is None or ctx.clock() - repaired >= ctx.settings.repair_every
+            or reads.DEVICE_NAMES not in base.annotations):  # an object from before DEVICE_NAMES: repair it
         return repair(ctx, delivery, base)
+    if not reads.names_devices(base):  # plain KubeVirt, as the last repair found: nothing to look at
+        return Outcome("rescan", reason="light tick: device names are per-VM aliases on this cluster (no "
+                                        "devices.harvesterhci.io API): no device conflicts to look for")
     ledger = _ledger(ctx)
     on_record = list(ledger.records(state=None))  # the resolved ones too: a redelivered tick answers as it did
     named = {vm for r in on_record if r.open for vm in _people(r.finding.details)}
@@ -82,9 +86,12 @@ def repair(ctx: KubeContext[Settings], delivery: str, base: reads.Stored | None)
     """Every VM and VMI, page by page: catches missed events, and repairs the parameter object (`base` was
     read before the LISTs, so that what events wrote meanwhile is kept). It always writes the object once, to
     stamp reads.REPAIRED_AT, which is what makes the next ticks light."""
+    names = reads.platform(ctx.kube)
     index = reads.scan(ctx.kube)
-    workloads = index.workloads()
-    reads.keep_all(ctx.kube, ctx.settings.assignments, base, workloads, stamp=ctx.clock().isoformat())
+    # Only where names are devices (docs/facts.md §3): on plain KubeVirt every VM is as if it named none, so
+    # nothing is found, every open finding resolves, and the object holds no entry.
+    workloads = index.workloads() if names == reads.HARVESTER else []
+    reads.keep_all(ctx.kube, ctx.settings.assignments, base, workloads, stamp=ctx.clock().isoformat(), names=names)
     ledger = _ledger(ctx)
     on_record = list(ledger.records(state=None))
     return _report(ctx, ledger, delivery, on_record, find_conflicts(workloads), workloads,
