@@ -25,6 +25,7 @@ import flask
 from shared.runtime import loggable, write_line
 
 FUNCTION = "dead-letter"
+SETTINGS = None  # it reads no setting (and so does not go through shared.runtime.start: see above)
 # The most of a body read and kept for the log line (a Kubernetes object as an ApiServerSource sends it is a few
 # KB; the broker's own limit is far higher). The rest is not read: the line says how much was cut.
 MAX_BODY = 256 * 1024
