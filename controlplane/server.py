@@ -155,6 +155,9 @@ class ControlPlane:
         return path.read_text(errors="replace")[-size:] if path.exists() else ""
 
     def stop(self) -> None:
+        from controlplane import kubevirt
+
+        kubevirt.stop_on(self)  # KubeVirt's virt-controller, when a RealCluster started one here
         for name in ("kube-controller-manager", "kube-apiserver", "etcd"):
             process = self.processes.pop(name, None)
             if process is None or process.poll() is not None:

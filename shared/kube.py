@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as TransportError
 
 from shared.errors import PermanentError, TemporaryError, parse_retry_after
+from shared.kubeclient import ApiException
+from shared.kubeclient import client as k8s
 
 # (connect, read) seconds: a hung API server is a 5xx before the broker's delivery timeout, so it redelivers.
 REQUEST_TIMEOUT = (3.0, 10.0)
