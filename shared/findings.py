@@ -188,11 +188,13 @@ class Ledger:
 
     # -- transitions ---------------------------------------------------------------------------
     def sighted(self, finding: Finding, recipient: Mapping[str, Any], delivery: str, now: datetime, *,
-                message: str | None = None, count: bool = True, update: bool = False) -> Notice | None:
+                message: str | None = None, count: bool = True, update: bool = False,
+                count_to: int | None = None) -> Notice | None:
         """The finding is there now. A `detected` notice when this delivery opened its episode (or reopened
         it), or is a redelivery of the one that did; None when it was already open: seen again, its count
         rises (`count=False`, a re-scan's sighting: only renewed when its last write is old, or when
-        `update` asks to store the finding's new details)."""
+        `update` asks to store the finding's new details). `count_to`: the count is this many sightings (set,
+        not raised, and only upwards): deliveries that saw the same sightings at once count them once."""
         namespace = (recipient.get("metadata") or {}).get("namespace") or "default"
         name = event_name(recipient, finding)
         text = message or finding.summary
@@ -207,8 +209,11 @@ class Ledger:
                 if current.open:
                     if current.opened_by == delivery:
                         return Notice(DETECTED, current)  # a redelivery of the event that opened it
+                    if count_to is not None:
+                        count = current.count < count_to
                     if count or update or self._stale(current, now):
-                        self._patch(current, finding, now, text, count=count, notes={SEEN_AT: stamp(now)})
+                        self._patch(current, finding, now, text, count=count, notes={SEEN_AT: stamp(now)},
+                                    total=count_to)
                     return None
                 if current.resolved_by == delivery:
                     return None  # the event that ended the episode is not a sighting of a new one
@@ -300,7 +305,7 @@ class Ledger:
 
     def _patch(self, record: Record, finding: Finding, now: datetime, message: str | None, *, count: bool,
                first: bool = False, state: str | None = None, kind: str | None = None,
-               notes: Mapping[str, str] | None = None) -> Record:
+               notes: Mapping[str, str] | None = None, total: int | None = None) -> Record:
         stored = finding.data(state or record.state)
         annotations = {DATA: _dump(stored), WRITTEN_AT: stamp(now), **(notes or {})}
         patch: dict[str, Any] = {"metadata": {"resourceVersion": record.resource_version,
@@ -309,7 +314,7 @@ class Ledger:
             patch["metadata"]["labels"] = {STATE_LABEL: state}
             patch["type"] = kind or ("Warning" if finding.severity != "info" else "Normal")
         if count:
-            patch["count"] = 1 if first else record.count + 1
+            patch["count"] = 1 if first else (total if total is not None else record.count + 1)
             patch["lastTimestamp"] = stamp(now)
         if message:
             patch["message"] = message

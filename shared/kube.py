@@ -1,10 +1,9 @@
 """Kubernetes access for the functions: the real `kubernetes` client, dicts in and out, errors wrapped.
 
-Functions never import `kubernetes.client.exceptions`: every failure leaves this module as one of
-the errors below, already sorted into permanent and temporary (kopf's `_cogs/clients/errors.py`
-does the same). Requests go through `ApiClient.param_serialize` / `call_api`, so configuration,
-authentication and TLS are the client's own, but responses stay plain dicts: no model classes to
-build for objects we only read a few fields of.
+Functions never import `kubernetes.client.exceptions`: every failure leaves this module as one of the errors
+below, already sorted into permanent and temporary (kopf's `_cogs/clients/errors.py` does the same). Requests go
+through `ApiClient.param_serialize` / `call_api`, so configuration, authentication and TLS are the client's own,
+but responses stay plain dicts: no model classes to build for objects we only read a few fields of.
 """
 from __future__ import annotations
 
@@ -22,8 +21,7 @@ from shared.errors import PermanentError, TemporaryError, parse_retry_after, ref
 from shared.kubeclient import ApiException
 from shared.kubeclient import client as k8s
 
-# (connect, read) seconds: a hung API server must turn into a 5xx before the broker's delivery
-# timeout, so the broker redelivers instead of giving up on a slow attempt.
+# (connect, read) seconds: a hung API server is a 5xx before the broker's delivery timeout, so it redelivers.
 REQUEST_TIMEOUT = (3.0, 10.0)
 PAGE_SIZE = 250
 
@@ -86,6 +84,10 @@ class Conflict(TemporaryError, KubeError):
     """409, or a JSON-patch `test` that failed (422): the object changed; read again, decide again."""
 
 
+class Vanished(Conflict):
+    """404 on a PATCH or PUT: deleted since it was read. Read again, never a permanent 400."""
+
+
 class Forbidden(TemporaryError, KubeError):
     """403: the shipped RBAC does not allow it (the message names the grant missing). Retried, then dead-lettered."""
 
@@ -105,11 +107,9 @@ class Expired(PermanentError, KubeError):
 
 
 _PATCH_DID_NOT_APPLY = "the server rejected our request due to an error in our request"
-
-
-def _error_for(status: int, message: str, retry_after: float | None) -> Exception:
-    if status == 404:
-        return NotFound(message)
+def _error_for(status: int, message: str, retry_after: float | None, method: str = "GET") -> Exception:
+    if status == 404:  # a write names an object it read: gone meanwhile (Kube.delete answers a 404 itself: done)
+        return Vanished(f"{message} (deleted since it was read)") if method in ("PATCH", "PUT") else NotFound(message)
     if status == 409:
         return Conflict(message)
     if status == 410:
@@ -208,7 +208,7 @@ class Kube:
             retry_after = parse_retry_after(response.getheader("Retry-After"))
             if response.status == 403:
                 raise Forbidden(refused_request(method, path, query, message))
-            raise _error_for(response.status, f"{what}: {message}", retry_after)
+            raise _error_for(response.status, f"{what}: {message}", retry_after, method)
         return data
 
     # -- verbs -------------------------------------------------------------------------------

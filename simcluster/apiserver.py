@@ -240,11 +240,14 @@ def _stop_patch(vm, vmi, name, options, store, vmi_type):
 # ---------------------------------------------------------------------------------------------------------------
 # Discovery (a plus for kubectl-like clients; the functions do not need it).
 
-def discovery(route: Route, host: str) -> dict:
+def discovery(route: Route, host: str, unserved: frozenset[str] = frozenset()) -> dict:
     if not route.group and not route.version:
         return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
             {"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v}],
-             "preferredVersion": {"groupVersion": f"{g}/{v}", "version": v}} for g, v in _groups()]}
+             "preferredVersion": {"groupVersion": f"{g}/{v}", "version": v}} for g, v in _groups()
+            if g not in unserved]}
+    if route.group in unserved or (route.group and (route.group, route.version) not in _groups()):
+        raise _page_not_found()  # kube-apiserver answers 404 for a group version it does not serve
     resources = [{"name": rt.plural, "singularName": rt.kind.lower(), "namespaced": rt.namespaced, "kind": rt.kind,
                   "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]}
                  for rt in RESOURCES if (rt.group, rt.version) == (route.group, route.version)]
@@ -337,6 +340,8 @@ class _Handler(BaseHTTPRequestHandler):
                             namespace="", name="", status=0, allowed=False)
         try:
             route = parse_route(url.path)
+            if route.group in cluster.unserved:  # a cluster without that API (e.g. no harvester/pcidevices)
+                raise _page_not_found()
             request = Request(verb_for(method, route, query), route.group, route.plural, route.subresource,
                               route.namespace, route.name)
             self._record.update(verb=request.verb, api_group=request.api_group, resource=request.resource,
@@ -381,7 +386,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _dispatch(self, method: str, route: Route, path: str, query: dict, body: Any) -> int:
         if route.is_discovery:
             host = f"{self.server.server_address[0]}:{self.server.server_address[1]}"
-            document = discovery(route, host) if route.version else _core_discovery(path, host)
+            document = (discovery(route, host, self.server.cluster.unserved) if route.version
+                        else _core_discovery(path, host))
             return self._send_json(200, document)
         if _param(query, "dryRun"):
             raise bad_request("dryRun is not supported by the vmevents simulator")
@@ -661,8 +667,11 @@ class SimCluster:
 
     def __init__(self, kubevirt_version: str = "1.3.1", kubevirt_namespace: str = "kubevirt",
                  deploy_dir: Path | str = paths.DEPLOY_DIR, host: str = "127.0.0.1", port: int = 0,
-                 history_size: int = 2000, event_ttl: float | None = 3600.0):
-        """event_ttl: seconds an Event lives after its last write, as kube-apiserver --event-ttl (1h)."""
+                 history_size: int = 2000, event_ttl: float | None = 3600.0, unserved: tuple[str, ...] = ()):
+        """event_ttl: seconds an Event lives after its last write, as kube-apiserver --event-ttl (1h). unserved:
+        API groups this cluster does not serve (404, as a cluster without their CRDs), e.g. a plain KubeVirt
+        cluster without harvester/pcidevices' devices.harvesterhci.io."""
+        self.unserved = frozenset(unserved)
         self.kubevirt_version = kubevirt_version
         self.kubevirt_namespace = kubevirt_namespace
         self._address = (host, port)

@@ -65,7 +65,7 @@ def deliver(alerts: tuple[Alert, ...], event: Incoming, settings: Settings) -> l
         for alert in alerts:  # one message per finding, whatever the labels: each episode's own pair
             failures += _post("the webhook", hook.urls[0], payload_of(alert, event, settings),
                               {"X-Vmevents-Alert": alert.fingerprint, **headers}, hook.verify, settings.timeout,
-                              credentials=tuple(headers))
+                              credentials=tuple(headers), allowed=settings.redirect_origins)
         sent.append(f"webhook-{settings.webhook_format}")
     _raise(failures)
     return sent
@@ -83,7 +83,8 @@ def _post_alertmanager(alerts: tuple[Alert, ...], settings: Settings) -> list[Vm
     body = [alert.postable() for alert in one_per_labels(list(alerts))]
     failures: list[VmeventsError] = []
     for url in am.urls:  # every replica: Alertmanager replicas do not share alerts
-        failures += _post("Alertmanager", f"{url}/api/v2/alerts", body, headers, am.verify, settings.timeout)
+        failures += _post("Alertmanager", f"{url}/api/v2/alerts", body, headers, am.verify, settings.timeout,
+                          allowed=settings.redirect_origins)
     return failures
 
 

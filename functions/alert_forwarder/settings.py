@@ -46,6 +46,8 @@ class Settings:
     clock_skew: timedelta = timedelta(minutes=1)
     runbook_base: str = DEFAULT_RUNBOOK_BASE
     timeout: float = 5.0
+    # Origins besides a receiver's own that a 307/308 may lead to (transport.py): none by default.
+    redirect_origins: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -74,7 +76,8 @@ class Settings:
                    clock_skew=_at_most(env.duration("ALERT_CLOCK_SKEW", "1m"), "ALERT_CLOCK_SKEW",
                                        timedelta(minutes=10), "1m"),
                    runbook_base=runbook,
-                   timeout=env.number("SEND_TIMEOUT", 5.0, minimum=0.1, maximum=60))
+                   timeout=env.number("SEND_TIMEOUT", 5.0, minimum=0.1, maximum=60),
+                   redirect_origins=_origins(env, "REDIRECT_ALLOWED_ORIGINS"))
 
 
 def _is_http_url(text: str) -> bool:
@@ -94,6 +97,25 @@ def _urls(env: Env, name: str) -> tuple[str, ...]:
         raise SettingsError(f"{name}={redact(bad[0])!r} is not an http(s) URL (shown: its scheme and host only); "
                             f"use a value like http://alertmanager.monitoring.svc:9093.")
     return urls
+
+
+def _origins(env: Env, name: str) -> tuple[str, ...]:
+    """Comma-separated origins, each `http(s)://host[:port]` and nothing more (no path, no user info)."""
+    found = []
+    for item in (part.strip() for part in env.raw(name, "").split(",")):
+        if not item:
+            continue
+        parts = urlsplit(item)
+        try:
+            parts.port  # noqa: B018 - a bad port raises here, and is named below
+        except ValueError:
+            parts = parts._replace(scheme="")
+        if (parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc
+                or parts.path not in ("", "/") or parts.query or parts.fragment):
+            raise SettingsError(f"{name} holds {redact(item)!r}, which is not an origin; give origins separated "
+                                f"by commas, like https://hooks.example.com,https://am.example.com:9093")
+        found.append(item.rstrip("/"))
+    return tuple(found)
 
 
 def _file(env: Env, name: str, check: Callable[[str], Any]) -> str | None:

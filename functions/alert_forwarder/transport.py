@@ -7,6 +7,11 @@ status, and at most a short excerpt of the body with anything token-like redacte
 configured host only: a redirect to another host is followed without the Authorization header and without
 the custom headers of WEBHOOK_HEADERS_FILE (requests itself drops only Authorization, sessions.py
 `rebuild_auth` / `should_strip_auth`).
+
+A redirect is followed only within the receiver's own origin (scheme, host, port), or to an origin the operator
+allowed (REDIRECT_ALLOWED_ORIGINS, exact origins): a receiver, or whoever answers in its name, can otherwise point
+our POST, with the finding in it, at anything the pod can reach: the API server, a cluster Service, the cloud's
+link-local metadata endpoint (169.254.169.254). Such a redirect is a refusal (502) that names the origin.
 """
 from __future__ import annotations
 
@@ -39,9 +44,10 @@ _session = requests.Session()  # one connection pool per process
 
 
 def post(name: str, url: str, body: Any, headers: Mapping[str, str], verify: bool | str, timeout: float, *,
-         credentials: Collection[str] = ()) -> list[VmeventsError]:
+         credentials: Collection[str] = (), allowed: Collection[str] = ()) -> list[VmeventsError]:
     """[] on success, else [the error]: 503 for down or throttling, 502 for a refusal. `credentials` names
-    the headers that must not leave `url`'s host."""
+    the headers that must not leave `url`'s host; `allowed`, the origins besides `url`'s that a redirect may
+    lead to (`scheme://host[:port]`)."""
     sent = dict(headers)
     # What an echoing receiver could quote back: our header values, and every part of the URL (a webhook
     # URL is a credential: shared/redact.py).
@@ -55,6 +61,10 @@ def post(name: str, url: str, body: Any, headers: Mapping[str, str], verify: boo
                 break
             following = urljoin(response.url or url, response.headers["Location"])
             secrets += url_secrets(following)  # a redirect names a URL that may be as secret as ours
+            if _origin(following) != _origin(url) and _origin(following) not in {_origin(o) for o in allowed}:
+                return [ReceiverRefused(f"{name} at {redact(url)} redirected the alert ({response.status_code}) to "
+                                        f"another origin, {redact(following)}, which is not followed: set the "
+                                        f"receiver's final URL, or add that origin to REDIRECT_ALLOWED_ORIGINS")]
             if _origin(following) != _origin(url):
                 sent = {key: value for key, value in sent.items()
                         if key.lower() != "authorization" and key not in credentials}

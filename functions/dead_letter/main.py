@@ -4,57 +4,124 @@ It logs the event, with the error the broker attached (Knative adds the extensio
 knativeerrordest, knativeerrorcode and knativeerrordata, the latter base64), as one JSON line at
 error level, so an operator's log pipeline sees every lost action or finding. It answers 2xx so
 the broker stops there.
+
+It does not use the strict CloudEvent intake the other functions use (shared/intake.py): what arrives here is
+often exactly what a function refused with 400 (a malformed envelope, an identifier that breaks Kubernetes'
+rules, data that is not JSON), and refusing it again would lose its one log line. So it reads whatever comes,
+binary or structured or neither, up to MAX_BODY bytes, and logs the attributes it finds, each clipped
+(shared.runtime.loggable). It never answers 4xx: a malformed request is logged as such, and answered 204.
 """
 from __future__ import annotations
 
 import base64
 import binascii
 import json
-import logging
-import sys
+import os
+import time
+from typing import Any
 
-from shared.intake import Incoming
+import flask
+
 from shared.redact import origin, scrub_urls
-from shared.runtime import Context, Outcome, start
+from shared.runtime import loggable, write_line
 
 FUNCTION = "dead-letter"
-_log = logging.getLogger("vmevents.dead-letter")
-if not _log.handlers:
-    _handler = logging.StreamHandler(sys.stderr)
-    _handler.setFormatter(logging.Formatter("%(message)s"))
-    _log.addHandler(_handler)
-    _log.propagate = False
+SETTINGS = None  # it reads no setting (and so does not go through shared.runtime.start: see above)
+# The most of a body read and kept for the log line (a Kubernetes object as an ApiServerSource sends it is a few
+# KB; the broker's own limit is far higher). The rest is not read: the line says how much was cut.
+MAX_BODY = 256 * 1024
+# What of a body that is not a CloudEvent (or of its data) goes into the line, at most.
+MAX_EXCERPT = 500
+_ATTRIBUTES = ("id", "type", "source", "subject", "specversion", "time", "datacontenttype")
+_KNATIVE = ("knativeerrordest", "knativeerrorcode", "knativeerrordata")
 
 
-def _error_data(encoded: str | None) -> str | None:
-    if not encoded:
-        return None
+
+def _error_data(encoded: Any) -> Any:
+    if not encoded or not isinstance(encoded, str):
+        return encoded
     try:
         return base64.b64decode(encoded, validate=True).decode("utf-8", errors="replace")
     except (binascii.Error, ValueError):
         return encoded
 
 
-def on_event(event: Incoming, ctx: Context) -> Outcome:
-    ext = event.extensions
-    # A URL is shown by its origin only (shared/redact.py): the subscriber's may carry user info, and the
-    # error data is whatever the subscriber answered.
-    destination = origin(ext["knativeerrordest"]) if ext.get("knativeerrordest") else None
-    error = _error_data(ext.get("knativeerrordata"))
-    _log.error(json.dumps({
-        "level": "error", "function": FUNCTION, "undelivered": True,
-        "event_id": event.id, "event_type": event.type, "source": event.source, "subject": event.subject,
-        "destination": destination, "status": ext.get("knativeerrorcode"),
-        "error": scrub_urls(error) if error else error,
-    }, separators=(",", ":")))
-    return Outcome("dead-lettered", subject=event.subject,
-                   reason=f"undeliverable to {destination or 'its subscriber'} "
-                          f"(status {ext.get('knativeerrorcode', '?')})")
+def _headers(environ: dict) -> dict[str, str]:
+    found = {"content-type": str(environ.get("CONTENT_TYPE") or "")}
+    for key, value in environ.items():
+        if isinstance(key, str) and key.startswith("HTTP_CE_"):
+            found[key[8:].lower()] = str(value)
+    return found
 
 
-app = start(FUNCTION, on_event, lambda environ: None, needs_kube=False)
+def _read(request: flask.Request) -> tuple[bytes, bool]:
+    """At most MAX_BODY bytes of the body, and whether there was more."""
+    try:
+        body = request.stream.read(MAX_BODY + 1)
+    except (OSError, ValueError):
+        return b"", False
+    return body[:MAX_BODY], len(body) > MAX_BODY
 
 
-def handle(request):
-    """The functions-framework `http` target (it must be a plain function)."""
-    return app(request)
+def _origin(url: Any) -> Any:
+    # A URL is shown by its origin only (shared/redact.py): the subscriber's may carry user info or a token.
+    return origin(url) if isinstance(url, str) and url else url
+
+
+def _scrubbed(text: Any) -> Any:
+    # The error data is whatever the subscriber answered, and an excerpt whatever was sent: no URL in full.
+    return scrub_urls(text) if isinstance(text, str) and text else text
+
+
+def _excerpt(value: Any) -> str:
+    text = value.decode("utf-8", errors="replace") if isinstance(value, bytes) else (
+        value if isinstance(value, str) else json.dumps(value, default=str)[:MAX_EXCERPT + 1])
+    return text if len(text) <= MAX_EXCERPT else text[:MAX_EXCERPT - 3] + "..."
+
+
+def describe(headers: dict[str, str], body: bytes, cut: bool) -> dict[str, Any]:
+    """What the log line says of one request, whatever it holds: the attributes of a binary-mode event (ce-*
+    headers) or of a structured one (a JSON envelope), else what it is and an excerpt of its body."""
+    attributes: dict[str, Any] = {k: v for k, v in headers.items() if k != "content-type"}
+    shape = "binary" if attributes else "unknown"
+    data: Any = body
+    if not attributes and headers["content-type"].split(";")[0].strip().lower() == "application/cloudevents+json":
+        try:
+            envelope = json.loads(body)
+        except (ValueError, RecursionError):
+            envelope = None
+        if isinstance(envelope, dict):
+            shape, data = "structured", envelope.get("data", envelope.get("data_base64"))
+            attributes = {str(k): v for k, v in envelope.items() if k not in ("data", "data_base64")}
+    line: dict[str, Any] = {
+        "level": "error", "function": FUNCTION, "undelivered": True, "shape": shape,
+        "event_id": attributes.get("id"), "event_type": attributes.get("type"), "source": attributes.get("source"),
+        "subject": attributes.get("subject"), "destination": _origin(attributes.get("knativeerrordest")),
+        "status": attributes.get("knativeerrorcode"),
+        "error": _scrubbed(_error_data(attributes.get("knativeerrordata"))),
+        "content_type": headers["content-type"] or None, "bytes": len(body), "cut": cut or None,
+    }
+    if shape != "binary" or not attributes.get("id"):
+        line["excerpt"] = _scrubbed(_excerpt(data)) if data not in (None, b"") else None
+    others = {k: v for k, v in attributes.items() if k not in _ATTRIBUTES + _KNATIVE}
+    if others:
+        line["extensions"] = others
+    return {key: loggable(value) for key, value in line.items()}
+
+
+def handle(request: flask.Request) -> flask.Response:
+    """The functions-framework `http` target: log whatever arrived, answer 204 (GET/HEAD: 200 for probes)."""
+    if request.method != "POST":
+        return flask.Response(status=200 if request.method in ("GET", "HEAD") else 405)
+    started = time.perf_counter()
+    headers = _headers(request.environ)
+    body, cut = _read(request)
+    line = describe(headers, body, cut)
+    # On stderr, in one write(2) (as shared.runtime.write_line does on stdout): never interleaved, never buffered.
+    os.write(2, json.dumps(line, separators=(",", ":"), default=str).encode() + b"\n")
+    reason = f"undeliverable to {line['destination'] or 'its subscriber'} (status {line['status'] or '?'})"
+    write_line({"function": FUNCTION, "event_id": line["event_id"], "event_type": line["event_type"],
+                "subject": line["subject"], "verdict": "dead-lettered", "effect": None,
+                "reason": reason,
+                "outcome": 204, "reply": None, "duration_ms": round((time.perf_counter() - started) * 1000, 3)})
+    return flask.Response(status=204)

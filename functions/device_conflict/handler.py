@@ -13,9 +13,10 @@ VMs to read (reads.py).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from functions.device_conflict import reads, wording
 from functions.device_conflict.decide import DeviceConflict, decide, find_conflicts
@@ -31,6 +32,7 @@ from functions.device_conflict.index import (
 )
 from functions.device_conflict.settings import FUNCTION, Settings
 from shared import kubevirt as kv
+from shared.errors import VmeventsError
 from shared.findings import Ledger, Notice, Record, one_or_summary, summary
 from shared.intake import Incoming, about, may_concern
 from shared.runtime import KubeContext, Outcome
@@ -60,8 +62,12 @@ def rescan(ctx: KubeContext[Settings], delivery: str = "") -> Outcome:
     answers as it did)."""
     base = reads.read(ctx.kube, ctx.settings.assignments)
     repaired = reads.repaired_at(base) if base is not None else None
-    if repaired is None or ctx.clock() - repaired >= ctx.settings.repair_every:
+    if (base is None or repaired is None or ctx.clock() - repaired >= ctx.settings.repair_every
+            or reads.DEVICE_NAMES not in base.annotations):  # an object from before DEVICE_NAMES: repair it
         return repair(ctx, delivery, base)
+    if not reads.names_devices(base):  # plain KubeVirt, as the last repair found: nothing to look at
+        return Outcome("rescan", reason="light tick: device names are per-VM aliases on this cluster (no "
+                                        "devices.harvesterhci.io API): no device conflicts to look for")
     ledger = _ledger(ctx)
     on_record = list(ledger.records(state=None))  # the resolved ones too: a redelivered tick answers as it did
     named = {vm for r in on_record if r.open for vm in _people(r.finding.details)}
@@ -84,9 +90,12 @@ def repair(ctx: KubeContext[Settings], delivery: str, base: reads.Stored | None)
     repair, whose view is older than it, cannot resolve it."""
     ledger = _ledger(ctx)
     on_record = list(ledger.records(state=None))
+    names = reads.platform(ctx.kube)
     index = reads.scan(ctx.kube)
-    workloads = index.workloads()
-    reads.keep_all(ctx.kube, ctx.settings.assignments, base, workloads, stamp=ctx.clock().isoformat())
+    # Only where names are devices (docs/facts.md §3): on plain KubeVirt every VM is as if it named none, so
+    # nothing is found, every open finding resolves, and the object holds no entry.
+    workloads = index.workloads() if names == reads.HARVESTER else []
+    reads.keep_all(ctx.kube, ctx.settings.assignments, base, workloads, stamp=ctx.clock().isoformat(), names=names)
     return _report(ctx, ledger, delivery, on_record, find_conflicts(workloads), workloads,
                    f"scanned {index.vms_seen} VM(s) and", {"vms": index.vms_seen, "vmis": index.vmis_seen},
                    vmis=index.vmis_seen)
@@ -95,21 +104,36 @@ def repair(ctx: KubeContext[Settings], delivery: str, base: reads.Stored | None)
 def _report(ctx: KubeContext[Settings], ledger: Ledger, delivery: str, on_record: list[Record],
             current: tuple[DeviceConflict, ...], workloads: list[Workload], said: str, data: dict,
             vmis: int | None = None) -> Outcome:
-    """A tick's findings: open what is seen, resolve what is no longer seen, replay a redelivered tick."""
+    """A tick's findings: open what is seen, resolve what is no longer seen, replay a redelivered tick. Each
+    finding's writes are its own (shared/rescan.py's contract): one that fails is named in the reason and tried
+    again by the next tick, and never costs the notices of the findings this tick already opened or ended (a
+    failed tick would answer 5xx, and after the broker's retries its notices would be dead-lettered)."""
     still_open = [r for r in on_record if r.open]
     replayed = [n for r in on_record if not r.open and (n := ledger.replay(r, delivery))]
+    failures: list[str] = []
+
+    def each(what: str, act: Callable[..., Notice | None], *args: Any, **kwargs: Any) -> Notice | None:
+        try:
+            return act(*args, **kwargs)
+        except VmeventsError as exc:
+            failures.append(f"{what}: {exc.message}")
+            return None
     # A conflict seen now is a sighting that raises no count: it opens a finding the events missed (or one
     # whose Event expired while nobody ran), and renews an open one whose last write is getting old.
-    notices = [n for c in current if (n := _sighted(c, ledger, ctx, delivery, count=False))]
+    notices = [n for c in current
+               if (n := each(c.device, _sighted, c, ledger, ctx, delivery, count=False))]
     detected = len(notices)
     by_id = {w.ref.id: w for w in workloads}
     keys = {c.key for c in current}
-    for record in still_open:
-        if record.finding.key not in keys and (n := _resolve(record, current, by_id, ledger, ctx, delivery)):
+    for record in (r for r in still_open if r.finding.key not in keys):
+        device = str(record.finding.details.get("device"))
+        if n := each(device, _resolve, record, current, by_id, ledger, ctx, delivery):
             notices.append(n)
     notices += replayed
     looked = f"{vmis} VMI(s)" if vmis is not None else f"{len(workloads)} VM(s)"
     reason = (f"{said} {looked}: {len(current)} conflict(s), {detected} new, {len(notices) - detected} resolved")
+    if failures:
+        reason += f"; {len(failures)} failed, retried next tick ({'; '.join(failures[:3])})"
     reply = summary(FUNCTION, "scanned", f"/vmevents/{FUNCTION}/rescan", [n.reply() for n in notices], reason,
                     data)
     return Outcome("rescan", effect="reported" if reply else "none", reason=reason, reply=reply)

@@ -26,9 +26,16 @@ from functions.device_conflict.index import Index, Workload
 from shared import configmaps
 from shared import rescan as visits
 from shared.configmaps import Stored, read
-from shared.kube import VM, VMI, Conflict, Kind, Kube
+from shared.kube import VM, VMI, Conflict, Kind, Kube, NotFound
 
 ATTEMPTS = 4  # read-modify-write rounds before the event is answered 503 and redelivered
+# Whether hostDevices[].name and gpus[].name are physical devices here (docs/facts.md §3), as the last full repair
+# found it, on the parameter object: "harvester" (the API serves harvester/pcidevices' devices.harvesterhci.io:
+# its webhook makes every hostDevices[].name a PCIDevice or USBDevice) or "aliases" (plain KubeVirt: a name is
+# the VM's own label for a device of its deviceName resource, and two VMs calling a GPU `gpu1` share nothing).
+DEVICE_NAMES = "vmevents.io/device-names"
+HARVESTER, ALIASES = "harvester", "aliases"
+_PCIDEVICES = "/apis/devices.harvesterhci.io/v1beta1"  # discovery: any authenticated user may read it
 # When the last full repair wrote the object (ISO 8601, UTC): a tick repairs when it is older than
 # DEVICE_REPAIR_EVERY, or absent.
 REPAIRED_AT = "vmevents.io/repaired-at"
@@ -41,6 +48,23 @@ def repaired_at(stored: Stored) -> datetime | None:
         return datetime.fromisoformat(stored.annotations.get(REPAIRED_AT) or "")
     except ValueError:
         return None
+
+
+def platform(kube: Kube) -> str:
+    """HARVESTER when the API serves PCIDevices (devices.harvesterhci.io/v1beta1, harvester/pcidevices), else
+    ALIASES: one discovery GET."""
+    try:
+        served = kube.request("GET", _PCIDEVICES)
+    except NotFound:
+        return ALIASES
+    names = {str(r.get("name")) for r in served.get("resources") or () if isinstance(r, dict)}
+    return HARVESTER if "pcidevices" in names else ALIASES
+
+
+def names_devices(stored: Stored | None) -> bool:
+    """Does the object say device names are devices here? An object from before DEVICE_NAMES counts as yes
+    (what it held then); the next repair writes the annotation."""
+    return stored is None or stored.annotations.get(DEVICE_NAMES, HARVESTER) != ALIASES
 
 
 def scan(kube: Kube) -> Index:
@@ -74,30 +98,35 @@ def names(kube: Kube, where: tuple[str, str], vm: str) -> bool:
 
 
 def write(kube: Kube, where: tuple[str, str], stored: Stored | None, data: Mapping[str, str],
-          stamp: str | None = None) -> bool:
+          stamp: str | None = None, names: str | None = None) -> bool:
     """Create the object, or replace its data at exactly the version read. False when nothing changed (no
     write at all); Conflict when it changed meanwhile (or was created by someone else first). `stamp`: the
-    repair's time, written as REPAIRED_AT (always a write); otherwise the annotation read is kept."""
+    repair's time, written as REPAIRED_AT (always a write), with `names` as DEVICE_NAMES; otherwise the
+    annotations read are kept."""
     if stored is not None and dict(data) == stored.data and stamp is None:
         return False
     annotations = dict(stored.annotations) if stored is not None else {}
     if stamp is not None:
         annotations[REPAIRED_AT] = stamp
+    if names is not None:
+        annotations[DEVICE_NAMES] = names
     configmaps.put(kube, where, stored, data, annotations, managed_by="device-conflict")
     return True
 
 
 def keep_all(kube: Kube, where: tuple[str, str], base: Stored | None, workloads: Iterable[Workload],
-             stamp: str | None = None) -> int:
+             stamp: str | None = None, names: str = HARVESTER) -> int:
     """A re-scan's repair: the whole object from what the LISTs showed, merged over what events wrote since
     `base` was read (assignment.merged). Returns the number of writes (0 when it was right already; with a
-    `stamp`, the repair's time for REPAIRED_AT, always 1)."""
-    mine = assignment.data_of(assignment.entries(workloads))
+    `stamp`, the repair's time for REPAIRED_AT, always 1). `names` ALIASES: names are no devices here, and
+    the object holds no entry at all (the admission policy then passes everything)."""
+    mine = assignment.data_of(assignment.entries(workloads)) if names == HARVESTER else {}
     stored, writes = base, 0
     for _ in range(ATTEMPTS):
-        data = assignment.merged(base.data if base else {}, stored.data if stored else {}, mine)
+        data = (assignment.merged(base.data if base else {}, stored.data if stored else {}, mine)
+                if names == HARVESTER else {})
         try:
-            return writes + int(write(kube, where, stored, data, stamp))
+            return writes + int(write(kube, where, stored, data, stamp, names if stamp or stored is None else None))
         except Conflict:
             stored = read(kube, where)
     raise Conflict(f"the parameter object {'/'.join(where)} kept changing")
@@ -120,6 +149,8 @@ def around(kube: Kube, where: tuple[str, str], vm: str) -> Around:
         try:
             if stored is None:
                 return _listed(kube, where, vm)
+            if not names_devices(stored):  # plain KubeVirt: a device name is the VM's own alias
+                return Around([], sharing=False, writes=0, listed=False)
             entries = assignment.read(stored.data)
             index = fetch(kube, [vm])
             own = _devices(index.workloads(), vm)
@@ -173,6 +204,9 @@ def light(kube: Kube, where: tuple[str, str], vms: Iterable[str], devices: Itera
 
 def _listed(kube: Kube, where: tuple[str, str], vm: str, stored: Stored | None = None) -> Around:
     """The fallback: every VM and VMI, and the whole object written from them."""
+    names = platform(kube)
+    if names == ALIASES:
+        return Around([], sharing=False, writes=keep_all(kube, where, stored, [], names=ALIASES), listed=True)
     workloads = scan(kube).workloads()
     writes = keep_all(kube, where, stored, workloads)
     return Around(workloads, _shares(workloads, vm, _devices(workloads, vm)), writes, listed=True)

@@ -199,27 +199,31 @@ def baseline_after_last_episode(events: list[dict], involved: dict, vmi: dict | 
 
 
 def kubevirt_errors(events: list[dict], vmi: dict | None) -> KubeVirtErrors:
-    """KubeVirt's IOerror Events on this very VMI (a restarted VM's new VMI has a new uid)."""
+    """KubeVirt's IOerror Events on this very VMI (a restarted VM's new VMI has a new uid). One pause sends one
+    Event per failing volume (docs/facts.md §5), and each Event's count rises once per pause of its volume: the
+    pauses are the most any one volume counted, never the sum (two failing disks are not two pauses)."""
     if vmi is None:
         return KubeVirtErrors()
     uid = kv.meta(vmi).get("uid")
-    total, volumes, no_space, last = 0, [], None, None
+    per_volume: dict[str, int] = {}
+    volumes, no_space, last = [], None, None
     for event in events:
         obj = event.get("involvedObject") or {}
         if event.get("reason") != KUBEVIRT_REASON or obj.get("kind") != "VirtualMachineInstance" \
                 or obj.get("uid") != uid:
             continue
-        total += int(event.get("count") or 1)
         message = event.get("message") or ""
         match = _KUBEVIRT_VOLUME.search(message)
-        if match and match.group(1) not in volumes:
-            volumes.append(match.group(1))
+        volume = match.group(1) if match else ""
+        per_volume[volume] = per_volume.get(volume, 0) + _int(event.get("count") or 1)
+        if match and volume not in volumes:
+            volumes.append(volume)
         if _NO_SPACE.search(message):
             no_space = message
         when = kv.parse_time(event.get("lastTimestamp") or event.get("eventTime"))
         if when and (last is None or when > last):
             last = when
-    return KubeVirtErrors(total, tuple(volumes), no_space, last)
+    return KubeVirtErrors(max(per_volume.values(), default=0), tuple(volumes), no_space, last)
 
 
 def fetch_volumes(ctx: KubeContext[Settings], vmi: dict, errors: KubeVirtErrors) -> tuple[VolumeFacts, ...]:
@@ -304,7 +308,8 @@ def act(verdict: Verdict, facts: Facts, found: Target, vmi: dict | None, involve
     action = verdict.action
     if action is Action.COUNT and record is not None:  # another pause: a sighting, its count rises
         seen = replace(record.finding, details={**record.finding.details, "pauses": verdict.pauses})
-        ledger.sighted(seen, involved, delivery, now, message=record.finding.summary)
+        # Set to the pauses seen, not raised by one: deliveries that saw the same pause at once count it once.
+        ledger.sighted(seen, involved, delivery, now, message=record.finding.summary, count_to=verdict.pauses)
         return Outcome(action.value, effect="counted", subject=subject, reason=verdict.reason)
     if action not in (Action.REPORT, Action.ESCALATE, Action.RESOLVE):
         return Outcome(action.value, subject=subject, reason=verdict.reason)
@@ -331,8 +336,8 @@ def act(verdict: Verdict, facts: Facts, found: Target, vmi: dict | None, involve
     vm = f"{found.namespace}/{kv.meta(involved)['name']}" if involved.get("kind") == "VirtualMachine" else None
     uid = kv.meta(vmi).get("uid") if vmi else ""
     opened = finding(verdict, vmi_name, vm, uid or "", advised, message)
-    notice = ledger.sighted(opened, involved, delivery, now, message=message)
-    if notice is None:  # another delivery opened it a moment ago: a sighting
+    notice = ledger.sighted(opened, involved, delivery, now, message=message, count_to=verdict.pauses)
+    if notice is None:  # another delivery opened it a moment ago: the same pause, counted once
         return Outcome(action.value, effect="seen-again", subject=subject, reason=verdict.reason)
     return Outcome(action.value, effect=f"detected-{named(verdict.category)}", subject=subject,
                    reason=verdict.reason, reply=notice.reply())

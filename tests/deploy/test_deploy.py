@@ -404,19 +404,26 @@ def test_overlays_change_only_what_they_are_for():
         return out
 
     base = render("base")
-    assert strip(render("default"), broker=True) == strip(base, broker=True)
-    assert strip(render("kafka"), broker=True, triggers=True) == strip(base, broker=True, triggers=True)
+    # default and kafka = base + deploy/components/own-configmaps (each function creates only its own ConfigMap)
+    own = [o for o in render("default") if o["apiVersion"].startswith("admissionregistration.")]
+    assert sorted(o["metadata"]["name"] for o in own) == ["vmevents-own-configmaps"] * 2
+
+    def without_own(objects):
+        return [o for o in objects if o not in own]
+    assert [o for o in render("kafka") if o in own] == own
+    assert strip(without_own(render("default")), broker=True) == strip(base, broker=True)
+    assert strip(without_own(render("kafka")), broker=True, triggers=True) == strip(base, broker=True, triggers=True)
     assert strip(render("dry-run"), dry_run=True) == strip(render("default"), dry_run=True)
     classes = {k: of_kind(render(k), "eventing.knative.dev", "Broker")[0]["metadata"]["annotations"]
                ["eventing.knative.dev/broker.class"] for k in ("default", "kafka")}
     assert classes == {"default": "MTChannelBasedBroker", "kafka": "Kafka"}
     # prevent = default + the admission policy and its binding (Warn); prevent-deny = prevent with Deny.
-    policy = [o for o in render("prevent") if o["apiVersion"].startswith("admissionregistration.")]
+    policy = [o for o in render("prevent") if o["apiVersion"].startswith("admissionregistration.") and o not in own]
     assert sorted(o["kind"] for o in policy) == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
     assert [o for o in render("prevent") if o not in policy] == render("default")
     deny = render("prevent-deny")
     for o in deny:
-        if o["kind"] == "ValidatingAdmissionPolicyBinding":
+        if o["kind"] == "ValidatingAdmissionPolicyBinding" and o not in own:
             assert o["spec"]["validationActions"] == ["Deny"]
             o["spec"]["validationActions"] = ["Warn"]
     assert deny == render("prevent")

@@ -8,6 +8,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import requests
 
 from functions.alert_forwarder.settings import load
 from functions.alert_forwarder.transport import excerpt, post, redact
@@ -91,7 +92,7 @@ def test_credentials_do_not_follow_a_redirect_to_another_host(hostile, receiver,
     redirector = hostile(status=307, location="/final" if same_host else f"{receiver.url}/hook")
     headers = {"Authorization": f"Bearer {TOKEN}", "X-Api-Key": TOKEN, "X-Vmevents-Alert": "f1"}
     assert post("the webhook", f"{redirector.url}/start", {"a": 1}, headers, True, 5.0,
-                credentials=("X-Api-Key",)) == []
+                credentials=("X-Api-Key",), allowed=(receiver.url,)) == []
     (arrived,) = redirector.posts if same_host else receiver.posts
     sent = {key.lower(): value for key, value in arrived["headers"].items()}
     assert arrived["body"] == {"a": 1} and sent["x-vmevents-alert"] == "f1"
@@ -99,6 +100,53 @@ def test_credentials_do_not_follow_a_redirect_to_another_host(hostile, receiver,
         assert sent["authorization"] == f"Bearer {TOKEN}" and sent["x-api-key"] == TOKEN
     else:
         assert "authorization" not in sent and "x-api-key" not in sent
+
+
+def test_a_redirect_to_another_origin_is_not_followed_unless_allowed(hostile, receiver):
+    """127.0.0.1 on another port is another origin: it stands for any other host (issue 26)."""
+    redirector = hostile(status=307, location=f"{receiver.url}/hook")
+    (error,) = post("the webhook", f"{redirector.url}/start", {"a": 1}, {}, True, 5.0)
+    assert error.status == 502 and "another origin" in error.message and receiver.url in error.message
+    assert "/hook" not in error.message and "REDIRECT_ALLOWED_ORIGINS" in error.message
+    assert not receiver.posts, "nothing was sent there"
+    assert post("the webhook", f"{redirector.url}/start", {"a": 1}, {}, True, 5.0, allowed=(receiver.url,)) == []
+    assert len(receiver.posts) == 1
+
+
+@pytest.mark.parametrize("location", [
+    "http://169.254.169.254/latest/meta-data/iam/security-credentials/",  # the cloud's metadata endpoint
+    "http://[fe80::1]/x",                                                  # IPv6 link-local
+    "https://kubernetes.default.svc/api/v1/namespaces/kube-system/secrets",  # the API server
+    "http://alertmanager-operated.monitoring.svc.cluster.local:9093/api/v2/alerts",  # a cluster Service
+    "http://10.43.0.1/", "http://localhost:10250/pods",                    # a cluster IP, the kubelet
+], ids=["metadata", "ipv6-link-local", "api-server", "service", "cluster-ip", "kubelet"])
+def test_a_redirect_to_a_cluster_internal_or_link_local_host_is_refused_without_a_request(
+        hostile, monkeypatch, location):
+    from functions.alert_forwarder import transport
+
+    redirector = hostile(status=308, location=location)
+    asked, real = [], transport._session.post
+
+    def recording(url, **kwargs):  # never lets a request leave loopback, whatever the code under test does
+        asked.append(url)
+        if not url.startswith(redirector.url):
+            raise requests.ConnectionError("not sent: this test never leaves loopback")
+        return real(url, **kwargs)
+    monkeypatch.setattr(transport._session, "post", recording)
+    (error,) = post("Alertmanager", f"{redirector.url}/api/v2/alerts", [{"a": 1}], {}, True, 5.0)
+    assert error.status == 502 and "another origin" in error.message
+    assert asked == [f"{redirector.url}/api/v2/alerts"], "only the receiver itself was asked"
+    assert "meta-data" not in error.message and "secrets" not in error.message
+
+
+@pytest.mark.parametrize("value", ["hooks.example.com", "https://hooks.example.com/path", "ftp://x.example",
+                                   "https://user:pw@x.example", "https://x.example:99999"])
+def test_a_redirect_allow_list_that_is_not_origins_stops_the_start(value):
+    with pytest.raises(SettingsError) as caught:
+        load({"REDIRECT_ALLOWED_ORIGINS": f"https://ok.example,{value}"})
+    assert "REDIRECT_ALLOWED_ORIGINS" in str(caught.value) and "pw" not in str(caught.value)
+    assert load({"REDIRECT_ALLOWED_ORIGINS": " https://a.example , http://b.example:8080/ "}).redirect_origins == (
+        "https://a.example", "http://b.example:8080")
 
 
 def test_a_redirect_that_would_turn_the_post_into_a_get_is_a_refusal(hostile, receiver):

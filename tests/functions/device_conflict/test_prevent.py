@@ -72,6 +72,31 @@ def test_the_seeds_vm2_is_refused_while_stopped_vm1_names_the_device(world):
     assert REFUSED in said and "denied request" in said
 
 
+def standalone_vmi(name, owner=None):
+    """A VMI made from the seed's vm2 template: on its own (kubectl), or as KubeVirt starts it for `owner`."""
+    template = seed_vm2(name)["spec"]["template"]
+    meta = {"name": name, "namespace": "default", "labels": dict(template.get("metadata", {}).get("labels") or {})}
+    if owner is not None:
+        meta["ownerReferences"] = [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "name": owner["metadata"]
+                                    ["name"], "uid": owner["metadata"]["uid"], "controller": True,
+                                    "blockOwnerDeletion": True}]
+    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "metadata": meta,
+            "spec": template["spec"]}
+
+
+def test_a_vmi_created_without_a_vm_is_refused_too(world):
+    """Issue 26: the policy used to match VirtualMachines only, so a VMI created on its own took the device."""
+    accepted, said = attempt(world, standalone_vmi("lone-vmi"))
+    assert not accepted and REFUSED in said and "denied request" in said, said
+
+
+def test_a_vmi_started_for_a_vm_is_never_refused_here(world):
+    """KubeVirt's VM controller creates a VM's VMI (a controller ownerReference): the VM was checked when it named
+    the device, and its start is not this policy's to block."""
+    accepted, said = attempt(world, standalone_vmi("vm1", owner=world.vm("vm1")))
+    assert accepted and "Warning" not in said, said
+
+
 def test_in_warn_mode_it_is_accepted_with_the_same_words_as_a_warning(world):
     mode(world, "prevent")
     try:

