@@ -1,0 +1,491 @@
+"""vm-stuck-report's pure part: is this VM (or its migration) stuck, and why — from facts read fresh.
+
+Two decisions, both without I/O or clock: `stuck()` says whether a VM has stayed in a transitional or error
+state (KubeVirt's `status.printableStatus`, or its VMIM's phase) longer than that state's threshold, and since
+when; `diagnose()` names exactly one cause with its evidence and one next step, or says the cause is unknown and
+what was checked. It never guesses: every cause rests on a fact KubeVirt, the scheduler, the kubelet, the quota
+admission or Longhorn wrote (docs/facts.md §7).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from functions.vm_stuck_report.settings import GROUPS, MIGRATION_PHASES, OPT_OUT, Settings
+from shared import kubevirt as kv
+from shared import objects as o
+
+
+class Cause(StrEnum):
+    INSUFFICIENT = "insufficient-resources"      # the scheduler: Insufficient cpu / memory / a device resource
+    DEVICE_ON_ONE_NODE = "device-on-one-node"    # ... a device resource only one node has at all
+    PLACEMENT = "node-placement"                 # node affinity / selector, or taints the pod does not tolerate
+    NODE_UNSCHEDULABLE = "node-unschedulable"    # the nodes that fit are cordoned (maintenance, drain)
+    VOLUME_MISSING = "volume-missing"            # a PVC the VM names does not exist (ErrorPvcNotFound)
+    VOLUME_UNBOUND = "volume-unbound"            # a PVC is Pending: nothing provisioned or bound it
+    VOLUME_ATTACH = "volume-attach"              # FailedAttachVolume / FailedMount on the pod
+    IMAGE_PULL = "image-pull"                    # a container waits in ErrImagePull / ImagePullBackOff
+    QUOTA = "quota-exceeded"                     # a ResourceQuota refused the (target) pod
+    NODE_NOT_READY = "node-not-ready"            # the VMI's node is not Ready: nothing there can start it
+    STOP_NOT_HONOURED = "stop-not-honoured"      # a stop the VMI never completed: its node is not Ready
+    UNKNOWN = "unknown"
+
+
+class Action(StrEnum):
+    REPORT = "report"      # stuck past its threshold: open (or see again) its finding
+    WAIT = "wait"          # in a stuck state, not for long enough yet
+    SETTLED = "settled"    # not stuck (any open finding of this VM ends)
+    DEFER = "defer"        # another function's finding (device-conflict, migration-report)
+    SKIP = "skip"          # out of scope, or opted out
+
+
+# -- is it stuck? ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Stuck:
+    """A VM in a state past its threshold (or not yet: `Verdict.action` says)."""
+
+    state: str              # printableStatus, or MigrationPending / MigrationScheduling
+    group: str              # starting | stopping | terminating | migrating
+    since: datetime
+    instance: str           # what the episode is of: the VMIM's uid, else the VMI's, else the VM's
+    threshold: timedelta
+    migration: str | None = None  # the VMIM's name for a migration that does not start
+
+
+@dataclass(frozen=True)
+class Verdict:
+    action: Action
+    reason: str
+    stuck: Stuck | None = None
+    cause: Cause | None = None
+    evidence: tuple[str, ...] = ()
+    next_step: str = ""
+    checked: tuple[str, ...] = ()
+
+
+def stuck(vm: Mapping | None, vmi: Mapping | None, vmim: Mapping | None, settings: Settings,
+          now: datetime) -> Verdict:
+    """Whether the VM (with its VMI and, for a migration, the VMIM) is stuck, and since when."""
+    if vm is None:
+        return Verdict(Action.SETTLED, "the VM no longer exists")
+    meta = kv.meta(vm)
+    if not settings.in_scope(str(meta.get("namespace") or "default")):
+        return Verdict(Action.SKIP, "the VM's namespace is out of scope (VM_STUCK_NAMESPACES)")
+    if kv.annotations_of(vm).get(OPT_OUT, "").lower() in ("skip", "false", "off"):
+        return Verdict(Action.SKIP, f"the VM opted out ({OPT_OUT})")
+    if vmim is not None:
+        return _migration(vm, vmi, vmim, settings, now)
+    state = o.string(vm, "status", "printableStatus")
+    group = GROUPS.get(state)
+    if group is None or state.startswith("Migration"):
+        return Verdict(Action.SETTLED, f"the VM is {state or 'without a status'}")
+    since, instance = _since(vm, vmi, group)
+    if since is None:
+        return Verdict(Action.WAIT, f"the VM is {state}, since a time nothing records yet")
+    found = Stuck(state, group, since, instance, settings.threshold(state))
+    if now - since < found.threshold:
+        return Verdict(Action.WAIT, f"the VM is {state} since {stamp(since)}, not yet {_words(found.threshold)}",
+                       found)
+    return Verdict(Action.REPORT, f"the VM is {state} since {stamp(since)}, over {_words(found.threshold)}", found)
+
+
+def _migration(vm: Mapping, vmi: Mapping | None, vmim: Mapping, settings: Settings, now: datetime) -> Verdict:
+    phase = o.string(vmim, "status", "phase") or "Pending"  # a VMIM without a phase yet is pending
+    if phase not in MIGRATION_PHASES:
+        # a migration that failed is migration-report's; one that runs or ended is not stuck starting
+        return Verdict(Action.SETTLED if phase != "Failed" else Action.DEFER,
+                       f"the migration is {phase}" + (": migration-report explains it" if phase == "Failed" else ""))
+    if vmi is None or kv.phase(vmi) in kv.FINAL_PHASES:
+        return Verdict(Action.SETTLED, "the VMI to migrate is gone or has ended")
+    state = f"Migration{phase}"
+    created = kv.parse_time(o.text(vmim, "metadata", "creationTimestamp"))
+    if created is None:
+        return Verdict(Action.WAIT, "the migration has no creation time")
+    found = Stuck(state, "migrating", created, o.string(vmim, "metadata", "uid"), settings.threshold(state),
+                  o.string(vmim, "metadata", "name"))
+    if now - created < found.threshold:
+        return Verdict(Action.WAIT, f"the migration is {phase} since {stamp(created)}", found)
+    return Verdict(Action.REPORT, f"the migration is {phase} since {stamp(created)}, over "
+                                  f"{_words(found.threshold)}", found)
+
+
+def _since(vm: Mapping, vmi: Mapping | None, group: str) -> tuple[datetime | None, str]:
+    """When the VM entered its state, from what KubeVirt records (docs/facts.md §7), and the instance."""
+    vm_uid = o.string(vm, "metadata", "uid")
+    live = vmi is not None and kv.phase(vmi) not in kv.FINAL_PHASES
+    vmi_uid = o.string(vmi, "metadata", "uid") if vmi is not None else ""
+    if group == "terminating":
+        return kv.parse_time(o.text(vm, "metadata", "deletionTimestamp")), vm_uid
+    if group == "stopping":  # a stop deletes the VMI (vm.go stopVMI): its deletionTimestamp is when
+        return (kv.parse_time(o.text(vmi, "metadata", "deletionTimestamp")) if live else None), vmi_uid
+    if group == "migrating":
+        return (kv.parse_time(o.text(vmi, "status", "migrationState", "startTimestamp")) if live else None), vmi_uid
+    if live:  # starting: every starting phase of this VMI (Pending, Scheduling, Scheduled) counts from its creation
+        return kv.parse_time(o.text(vmi, "metadata", "creationTimestamp")), vmi_uid
+    # no VMI yet: since the VM's Ready condition last changed (VMINotExists), at the earliest the VM's creation
+    ready = next((c for c in kv.conditions_of(vm) if c.get("type") == "Ready"), {})
+    times = [t for t in (kv.parse_time(ready.get("lastTransitionTime")),
+                         kv.parse_time(o.text(vm, "metadata", "creationTimestamp"))) if t]
+    return (max(times) if times else None), vm_uid
+
+
+# -- why? -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EventFact:
+    """A Kubernetes Event someone else recorded (the scheduler, the kubelet, KubeVirt)."""
+
+    on: str          # "Pod/virt-launcher-x", "VirtualMachineInstance/vm1"
+    reason: str
+    message: str
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    name: str
+    node: str = ""
+    phase: str = ""
+    scheduled: tuple[str, str, str] | None = None   # PodScheduled (status, reason, message)
+    waiting: tuple[tuple[str, str, str], ...] = ()  # (container, reason, message) of waiting containers
+    events: tuple[EventFact, ...] = ()
+
+
+@dataclass(frozen=True)
+class VolumeFacts:
+    volume: str
+    claim: str
+    found: bool = True
+    phase: str = ""
+    storage_class: str = ""
+    class_found: bool | None = None
+    provisioner: str = ""
+    binding_mode: str = ""
+    longhorn: str = ""                 # the Longhorn volume's name, when the PV is Longhorn's
+    longhorn_state: str = ""
+    longhorn_robustness: str = ""
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    name: str
+    found: bool = True
+    ready: str = ""                    # the Ready condition's status: True, False, Unknown
+    ready_reason: str = ""
+    ready_since: str = ""
+    unschedulable: bool = False
+    taints: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class QuotaFacts:
+    name: str
+    resource: str
+    hard: str
+    used: str
+    requested: str
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the handler read fresh about one stuck VM."""
+
+    stuck: Stuck
+    vmi_deleting: bool = False
+    vmi_finalizers: tuple[str, ...] = ()
+    pod: PodFacts | None = None
+    pod_looked_for: str = ""                            # "launcher" or "migration target"
+    volumes: tuple[VolumeFacts, ...] = ()
+    node: NodeFacts | None = None
+    quotas: tuple[QuotaFacts, ...] = ()                 # the ResourceQuotas the pod would exceed
+    kubevirt_events: tuple[EventFact, ...] = ()         # on the VM, VMI and VMIM: FailedCreate, FailedPvcNotFound
+    device_resources: frozenset[str] = frozenset()      # the VM's hostDevices' and gpus' deviceNames
+    nodes_with: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # resource -> nodes that have any
+    nodes_total: int = 0
+    device_conflict: str = ""                           # device-conflict's open finding on this VM (its summary)
+
+
+_INSUFFICIENT = re.compile(r"(\d+) Insufficient ([A-Za-z0-9./_-]+)")
+_PLACEMENT = re.compile(r"(\d+) node\(s\) (didn't match Pod's node affinity/selector|didn't match node selector|"
+                        r"had untolerated taint[^,.]*|had taint[^,.]*|didn't match pod (?:anti-)?affinity rules)")
+_CORDONED = re.compile(r"(\d+) node\(s\) were unschedulable")
+_UNBOUND = re.compile(r"unbound immediate PersistentVolumeClaims|pod has unbound")
+_QUOTA = re.compile(r"exceeded quota")
+IMAGE_PULL_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
+ATTACH_REASONS = ("FailedAttachVolume", "FailedMount")
+
+
+def diagnose(facts: Facts) -> Verdict:
+    """Exactly one cause, its evidence and one next step; or the cause unknown, with what was checked."""
+    s = facts.stuck
+    if s.group in ("stopping", "terminating"):
+        return _stop(facts)
+    if facts.device_conflict:  # a start blocked by a device another VM holds is device-conflict's finding
+        return Verdict(Action.DEFER, f"device-conflict reports it: {facts.device_conflict}", s)
+    for rule in (_volume_missing, _quota, _scheduling, _volume_unbound, _attach, _image, _node):
+        found = rule(facts)
+        if found is not None:
+            return found
+    return _unknown(facts)
+
+
+def _report(facts: Facts, cause: Cause, evidence: list[str], next_step: str) -> Verdict:
+    s = facts.stuck
+    return Verdict(Action.REPORT, f"{_state_words(s)} since {stamp(s.since)}: {cause.value}", s, cause,
+                   tuple(evidence), next_step, _checked(facts))
+
+
+def _stop(facts: Facts) -> Verdict:
+    node = facts.node
+    if node is not None and facts.vmi_finalizers and node.ready != "True":
+        evidence = [f"the VMI was asked to stop (deletionTimestamp set) and still has the finalizers "
+                    f"{', '.join(facts.vmi_finalizers)}" if facts.vmi_deleting else
+                    f"the VMI still has the finalizers {', '.join(facts.vmi_finalizers)}",
+                    _node_words(node)]
+        return _report(facts, Cause.STOP_NOT_HONOURED, evidence,
+                       f"Bring node {node.name} back (virt-handler on it completes the stop). If the node is gone "
+                       f"for good, power it off for certain and then delete its Node object "
+                       f"(`kubectl delete node {node.name}`): KubeVirt then fails the VMI and the stop completes. "
+                       f"Do not remove the finalizers by hand while the guest may still run there.")
+    return _unknown(facts)
+
+
+def _volume_missing(facts: Facts) -> Verdict | None:
+    missing = [v for v in facts.volumes if not v.found]
+    if not missing:
+        return None
+    v = missing[0]
+    evidence = [f"volume {v.volume} names PVC {v.claim}, which does not exist"]
+    evidence += [f"{e.on}: {e.reason}: {e.message}" for e in facts.kubevirt_events if e.reason == "FailedPvcNotFound"]
+    return _report(facts, Cause.VOLUME_MISSING, evidence,
+                   f"Create PVC {v.claim} (or restore it), or edit the VM so that volume {v.volume} names a PVC "
+                   f"that exists; KubeVirt starts the VM once it appears.")
+
+
+def _quota(facts: Facts) -> Verdict | None:
+    refused = [e for e in facts.kubevirt_events if e.reason == "FailedCreate" and _QUOTA.search(e.message)]
+    if not refused and not facts.quotas:
+        return None
+    evidence = [f"{e.on}: {e.reason}: {e.message}" for e in refused[:1]]
+    evidence += [f"ResourceQuota {q.name}: {q.resource} used {q.used} of {q.hard}, the "
+                 f"{facts.pod_looked_for or 'launcher'} pod needs {q.requested}" for q in facts.quotas]
+    which = facts.quotas[0].name if facts.quotas else "the namespace's ResourceQuota"
+    what = "migrate" if facts.stuck.group == "migrating" else "start"
+    return _report(facts, Cause.QUOTA, evidence,
+                   f"Raise {which} (`kubectl edit resourcequota {which}`) or free room in the namespace: the "
+                   f"{'target' if what == 'migrate' else 'launcher'} pod must fit beside the pods already counted "
+                   f"(a migration briefly needs the VM's resources twice), then KubeVirt retries and the VM can "
+                   f"{what}.")
+
+
+def _scheduling(facts: Facts) -> Verdict | None:
+    pod = facts.pod
+    if pod is None or pod.scheduled is None or pod.scheduled[0] != "False":
+        return None
+    message = pod.scheduled[2] or next((e.message for e in pod.events if e.reason == "FailedScheduling"), "")
+    failed = [e for e in pod.events if e.reason == "FailedScheduling"]
+    evidence = [f"pod {pod.name}: PodScheduled=False ({pod.scheduled[1]}): {message}"]
+    if failed:
+        evidence.append(f"{failed[-1].on}: FailedScheduling ×{failed[-1].count}: {failed[-1].message}")
+    reasons: list[tuple[int, int, str, str]] = []  # (nodes, order, kind, detail)
+    for count, resource in _INSUFFICIENT.findall(message):
+        reasons.append((int(count), 0, "insufficient", resource.rstrip(".")))
+    for count, why in _PLACEMENT.findall(message):
+        reasons.append((int(count), 1, "placement", why))
+    for count in _CORDONED.findall(message):
+        reasons.append((int(count), 2, "cordoned", ""))
+    if _UNBOUND.search(message):
+        return _volume_unbound(facts, evidence) or _report(
+            facts, Cause.VOLUME_UNBOUND, evidence, "Bind the VM's PVCs: check their StorageClass and provisioner.")
+    if not reasons:
+        return None  # the scheduler said something we cannot read: unknown, with its message among the checks
+    _, _, kind, detail = max(reasons, key=lambda r: (r[0], -r[1]))
+    if kind == "insufficient":
+        return _insufficient(facts, detail, evidence)
+    if kind == "placement":
+        return _report(facts, Cause.PLACEMENT, evidence,
+                       "No node matches the VM's placement: relax `spec.template.spec.nodeSelector` / `affinity`, "
+                       "add a toleration for the nodes' taints, or label / untaint a node that should run it.")
+    cordoned = "Uncordon a node (`kubectl uncordon <node>`) once its maintenance is over, or add capacity"
+    return _report(facts, Cause.NODE_UNSCHEDULABLE, evidence, f"The nodes that would fit are cordoned "
+                   f"(maintenance or a drain). {cordoned}; the scheduler retries by itself.")
+
+
+def _insufficient(facts: Facts, resource: str, evidence: list[str]) -> Verdict:
+    having = facts.nodes_with.get(resource)
+    if resource in facts.device_resources and having is not None and len(having) == 1:
+        evidence.append(f"only node {having[0]} of {facts.nodes_total} has any {resource}")
+        return _report(facts, Cause.DEVICE_ON_ONE_NODE, evidence,
+                       f"Only {having[0]} has {resource}: free it there (stop the VM holding it), or give this VM "
+                       f"another device type; the VM can run nowhere else.")
+    if resource in facts.device_resources and having is not None and not having:
+        evidence.append(f"no node has any {resource}")
+    what = "device" if resource in facts.device_resources or "/" in resource else resource
+    return _report(facts, Cause.INSUFFICIENT, evidence,
+                   f"No node has the {what} the VM requests free ({resource}): free it (stop or move another VM), "
+                   f"lower the VM's request, or add a node with more; the scheduler retries by itself.")
+
+
+def _volume_unbound(facts: Facts, evidence: list[str] | None = None) -> Verdict | None:
+    pending = [v for v in facts.volumes if v.found and v.phase and v.phase != "Bound"]
+    if not pending:
+        return None
+    v = pending[0]
+    out = list(evidence or ())
+    out.append(f"PVC {v.claim} is {v.phase}" + (f", StorageClass {v.storage_class}" if v.storage_class else
+                                                ", with no StorageClass"))
+    if v.storage_class and v.class_found is False:
+        out.append(f"StorageClass {v.storage_class} does not exist")
+        step = (f"Create StorageClass {v.storage_class}, or recreate PVC {v.claim} with a StorageClass that "
+                f"exists (`kubectl get storageclass`).")
+    elif v.storage_class:
+        out.append(f"StorageClass {v.storage_class}: provisioner {v.provisioner or 'unknown'}"
+                   + (f", volumeBindingMode {v.binding_mode}" if v.binding_mode else ""))
+        step = (f"Check provisioner {v.provisioner or 'of ' + v.storage_class} (its pods and its Events on PVC "
+                f"{v.claim}, `kubectl describe pvc {v.claim}`): it has not provisioned a volume.")
+    else:
+        step = f"Give PVC {v.claim} a StorageClass, or create a PersistentVolume it can bind to."
+    return _report(facts, Cause.VOLUME_UNBOUND, out, step)
+
+
+def _attach(facts: Facts) -> Verdict | None:
+    pod = facts.pod
+    failed = [e for e in (pod.events if pod else ()) if e.reason in ATTACH_REASONS]
+    if not failed:
+        return None
+    event = failed[-1]
+    evidence = [f"{event.on}: {event.reason} ×{event.count}: {event.message}"]
+    longhorn = [v for v in facts.volumes if v.longhorn]
+    for v in longhorn:
+        evidence.append(f"PVC {v.claim} → Longhorn volume {v.longhorn}: state {v.longhorn_state or 'unknown'}, "
+                        f"robustness {v.longhorn_robustness or 'unknown'}")
+    bad = next((v for v in longhorn if v.longhorn_robustness == "faulted"), None)
+    if bad is not None:
+        step = (f"Longhorn volume {bad.longhorn} is faulted (no healthy replica): salvage it in the Longhorn UI "
+                f"(Volume → Salvage) or restore it from a backup, then the attach succeeds.")
+    elif longhorn:
+        step = (f"See why Longhorn cannot attach {longhorn[0].longhorn} to node {pod.node if pod else '?'}: its "
+                f"replicas and engine in the Longhorn UI, and longhorn-manager's log on that node.")
+    else:
+        step = "See why the CSI driver cannot attach or mount the volume: `kubectl describe` the VolumeAttachment " \
+               "and the driver's node plugin log on the pod's node."
+    return _report(facts, Cause.VOLUME_ATTACH, evidence, step)
+
+
+def _image(facts: Facts) -> Verdict | None:
+    pod = facts.pod
+    waiting = [w for w in (pod.waiting if pod else ()) if w[1] in IMAGE_PULL_REASONS]
+    if not waiting:
+        return None
+    container, reason, message = waiting[0]
+    return _report(facts, Cause.IMAGE_PULL, [f"pod {pod.name if pod else '?'}: container {container} waits: "
+                                             f"{reason}: {message}"],
+                   f"Fix the image the VM's {container} container pulls (its name and tag, the registry's "
+                   f"reachability from node {pod.node if pod and pod.node else '?'}, an imagePullSecret); the kubelet "
+                   f"retries by itself.")
+
+
+def _node(facts: Facts) -> Verdict | None:
+    node = facts.node
+    if node is None or (node.ready == "True" and not node.unschedulable) or not node.found:
+        return None
+    if node.ready == "True":
+        return None  # cordoned but Ready: a pod already bound there still starts
+    return _report(facts, Cause.NODE_NOT_READY, [_node_words(node)],
+                   f"Bring node {node.name} back (its kubelet and virt-handler); or stop the VM and start it again "
+                   f"so that it is placed on a Ready node.")
+
+
+def _unknown(facts: Facts) -> Verdict:
+    s = facts.stuck
+    return Verdict(Action.REPORT, f"{_state_words(s)} since {stamp(s.since)}: cause unknown", s, Cause.UNKNOWN, (),
+                   "The cause is not among the facts checked: read `kubectl describe vm`, the VMI and its launcher "
+                   "pod, and virt-controller's and virt-handler's logs.", _checked(facts))
+
+
+def _checked(facts: Facts) -> tuple[str, ...]:
+    """What was looked at, in words: an unknown cause says it, and every report lists it."""
+    out = []
+    pod = facts.pod
+    if pod is None:
+        out.append(f"no {facts.pod_looked_for or 'launcher'} pod exists")
+    else:
+        sched = f"PodScheduled={pod.scheduled[0]}" + (f" ({pod.scheduled[1]}: {pod.scheduled[2]})"
+                                                        if pod.scheduled[0] != "True" else "") \
+            if pod.scheduled else "no PodScheduled condition"
+        waiting = "; ".join(f"{c} waiting {r}" for c, r, _ in pod.waiting) or "no container waiting on an error"
+        reasons = sorted({e.reason for e in pod.events}) or ["none"]
+        out.append(f"{facts.pod_looked_for or 'launcher'} pod {pod.name}: phase {pod.phase or 'unknown'}, {sched}, "
+                   f"{waiting}, its Events: {', '.join(reasons)}")
+    for v in facts.volumes:
+        out.append(f"PVC {v.claim}: " + ("not found" if not v.found else f"{v.phase or 'no phase'}"
+                                         + (f", Longhorn {v.longhorn} {v.longhorn_state}/{v.longhorn_robustness}"
+                                            if v.longhorn else "")))
+    if facts.node is not None:
+        out.append(_node_words(facts.node))
+    out.append("ResourceQuotas: " + (", ".join(q.name for q in facts.quotas) or "none exceeded"))
+    kv_reasons = sorted({e.reason for e in facts.kubevirt_events}) or ["none"]
+    out.append(f"KubeVirt's Events on the VM, VMI and migration: {', '.join(kv_reasons)}")
+    return tuple(out)
+
+
+def _node_words(node: NodeFacts) -> str:
+    if not node.found:
+        return f"node {node.name} does not exist"
+    ready = f"Ready={node.ready or 'unknown'}" + (f" ({node.ready_reason})" if node.ready_reason else "") \
+        + (f" since {node.ready_since}" if node.ready_since else "")
+    return f"node {node.name}: {ready}" + (", cordoned (unschedulable)" if node.unschedulable else "") \
+        + (f", taints {', '.join(node.taints)}" if node.taints else "")
+
+
+def _state_words(s: Stuck) -> str:
+    if s.migration:
+        return f"migration {s.migration} {s.state.removeprefix('Migration')}"
+    return s.state
+
+
+# -- quantities (the ResourceQuota check) -----------------------------------------------------------
+_SUFFIX = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+           "E": 1e18, "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60}
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+)(?:[eE]([+-]?\d+))?([numkKMGTPE]i?)?$")
+
+
+def quantity(text: object) -> float | None:
+    """A Kubernetes quantity ('500m', '2Gi', '1.5') as a number; None when unreadable."""
+    match = _QUANTITY.match(str(text).strip()) if text is not None else None
+    if not match or (match.group(3) or "") not in _SUFFIX:
+        return None
+    try:
+        value = float(match.group(1)) * (10 ** int(match.group(2)) if match.group(2) else 1)
+    except ValueError:
+        return None
+    return value * _SUFFIX[match.group(3) or ""]
+
+
+def exceeded(quota: Mapping, requests: Mapping[str, str]) -> tuple[QuotaFacts, ...]:
+    """The resources of a ResourceQuota (its status: hard and used, kept by kube-controller-manager) that one
+    more pod with these requests would exceed (the quota admission's rule: used + requested > hard)."""
+    hard, used = o.strings(quota, "status", "hard"), o.strings(quota, "status", "used")
+    name = o.string(quota, "metadata", "name")
+    asked = {"pods": "1", "count/pods": "1"}
+    for resource, value in requests.items():
+        asked[f"requests.{resource}"] = value
+        if resource in ("cpu", "memory"):
+            asked[resource] = value
+    out = []
+    for resource, value in sorted(asked.items()):
+        limit, now, need = quantity(hard.get(resource)), quantity(used.get(resource, "0")), quantity(value)
+        if limit is not None and now is not None and need is not None and now + need > limit + 1e-9:
+            out.append(QuotaFacts(name, resource, hard[resource], used.get(resource, "0"), value))
+    return tuple(out)
+
+
+def stamp(when: datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _words(delta: timedelta) -> str:
+    minutes = int(delta.total_seconds() // 60)
+    return f"{minutes}m" if minutes < 120 else f"{minutes // 60}h{minutes % 60:02d}m"

@@ -1,0 +1,387 @@
+"""vm-stuck-report's I/O: when a VM stays starting, stopping, terminating or migrating too long, say why and what
+to do.
+
+KubeVirt's own alerts say only *that* a VM is stuck (VirtualMachineStuckInUnhealthyState,
+VirtualMachineStuckOnNode; docs/facts.md §7); the facts that say *why* are scattered over the cluster. The
+flow: on_event and rescan → converge: read the VM, its VMI (and VMIM), decide whether it is stuck past its
+threshold (decide.stuck); only then read what explains it — the launcher (or migration target) pod, its
+scheduling condition and Events, the PVCs, StorageClasses and Longhorn volumes, the node, the ResourceQuotas,
+KubeVirt's Events — and diagnose (decide.diagnose) → report: one finding per episode (shared/findings.py), in
+one `VMStuck` Event on the VM, `.detected` once and `.resolved` once when the VM settles. It changes nothing
+but Events.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from functions.vm_stuck_report.decide import (
+    ATTACH_REASONS,
+    Action,
+    EventFact,
+    Facts,
+    NodeFacts,
+    PodFacts,
+    Stuck,
+    Verdict,
+    VolumeFacts,
+    diagnose,
+    exceeded,
+    quantity,
+    stuck,
+)
+from functions.vm_stuck_report.settings import GROUPS, MIGRATION_PHASES, Settings
+from functions.vm_stuck_report.wording import FUNCTION, event_message, finding, resolved_message
+from shared import kubevirt as kv
+from shared import objects as o
+from shared import rescan as rescans
+from shared.findings import Ledger, Record, record_of, summary
+from shared.intake import Incoming, about, may_concern
+from shared.kube import EVENT, NAMESPACE, POD, PV, PVC, VM, VMI, VMIM, Kind
+from shared.runtime import KubeContext, Outcome
+
+REASON = "VMStuck"
+NODE = Kind("v1", "Node", "nodes", namespaced=False)
+QUOTA = Kind("v1", "ResourceQuota", "resourcequotas")
+STORAGE_CLASS = Kind("storage.k8s.io/v1", "StorageClass", "storageclasses", namespaced=False)
+LONGHORN_VOLUME = Kind("longhorn.io/v1beta2", "Volume", "volumes")
+LONGHORN_DRIVER = "driver.longhorn.io"
+CREATED_BY = "kubevirt.io/created-by"          # types.go CreatedByLabel: the launcher pod's VMI uid
+MIGRATION_JOB = "kubevirt.io/migrationJobUID"  # types.go MigrationJobLabel: the target pod's VMIM uid
+KUBEVIRT_REASONS = ("FailedCreate", "FailedPvcNotFound", "FailedScheduling")
+DEVICE_CONFLICT = "device-conflict"
+
+
+# -- the flow -------------------------------------------------------------------------------------
+def on_event(event: Incoming, ctx: KubeContext[Settings]) -> Outcome:
+    if event.family == "ping":
+        return rescan(ctx, event.id)
+    found = target(event, ctx.settings)
+    if found is None:
+        return Outcome("irrelevant", subject=event.subject)
+    return converge(found, ctx, event.id)
+
+
+def rescan(ctx: KubeContext[Settings], delivery: str) -> Outcome:
+    """Every VM whose Status cell is a stuck state and every VMIM whose Phase cell is Pending or Scheduling (Table
+    rows, cells only, from the watch cache, one namespace at a time: docs/api-cost.md), and every VM with a finding
+    on record; only these are read in full and converged, within the budget (shared/rescan.py). What stays open is
+    renewed, so that its Event outlives the TTL."""
+    began, scanned, candidates = rescans.begin(), {"vms": 0, "migrations": 0}, dict[tuple, Target]()
+    namespaces = [n for n in sorted(ns["metadata"]["name"] for ns in ctx.kube.list_metadata(NAMESPACE, cached=True))
+                  if ctx.settings.in_scope(n)]
+
+    def rows(namespace: str) -> tuple[list[dict], list[dict]]:
+        return (list(ctx.kube.list_rows(VM, namespace, cached=True, metadata=False)),
+                list(ctx.kube.list_rows(VMIM, namespace, cached=True, metadata=False)))
+
+    for namespace, (vms, vmims) in zip(namespaces, rescans.gather(namespaces, rows, ctx.settings.rescan),
+                                       strict=True):
+        scanned["vms"] += len(vms)
+        scanned["migrations"] += len(vmims)
+        for row in vms:
+            if row["cells"].get("status") in GROUPS:
+                found = Target(namespace, str(row["metadata"]["name"]))
+                candidates.setdefault(found.key, found)
+        for row in vmims:
+            if (row["cells"].get("phase") or "Pending") in MIGRATION_PHASES and row["cells"].get("vmi"):
+                found = Target(namespace, str(row["cells"]["vmi"]), str(row["metadata"]["name"]))
+                candidates.setdefault(found.key, found)
+    ledger = _ledger(ctx)
+    on_record = list(ledger.records(state=None, cached=True))  # resolved ones too: a redelivered tick answers
+    for record in on_record:
+        if record.open or Ledger.replay(record, delivery):
+            found = _target_of_record(record)
+            candidates.setdefault(found.key, found)
+    scan = rescans.run([candidates[k] for k in sorted(candidates)],
+                       lambda found: converge(found, ctx, delivery, tick=True).reply, ctx.settings.rescan,
+                       started=began, rotation=rescans.tick_number(ctx.clock()))
+    replies = sorted(scan.results, key=lambda r: (r.subject or "", r.type))
+    renewed = ledger.renew_stale([r for r in on_record if r.open], ctx.clock())
+    reason = (f"scanned {scanned['vms']} VM(s) and {scanned['migrations']} migration(s), {len(candidates)} in a "
+              f"stuck state or on record; {len(replies)} notice(s), {renewed} renewed; {scan.progress()}")
+    reply = summary(FUNCTION, "scanned", f"/vmevents/{FUNCTION}/rescan", replies, reason, scanned)
+    return Outcome("rescan", effect=f"reported-{len(replies)}" if reply else "none", reason=reason, reply=reply)
+
+
+def converge(found: Target, ctx: KubeContext[Settings], delivery: str = "", *, tick: bool = False) -> Outcome:
+    """Read fresh, decide, and only for a VM stuck past its threshold read what explains it; record."""
+    vmim = ctx.kube.get(VMIM, found.namespace, found.migration) if found.migration else None
+    if found.migration and not found.name:  # a Reference-mode VMIM event: the VMIM names its VMI
+        if vmim is None or not o.text(vmim, "spec", "vmiName"):
+            return Outcome("gone", subject=_subject(found), reason="the migration no longer exists")
+        found = replace(found, name=o.string(vmim, "spec", "vmiName"))
+    vm = ctx.kube.get(VM, found.namespace, found.name)
+    vmi = ctx.kube.get(VMI, found.namespace, found.name) if vm is not None else None
+    if found.migration and vmim is None:
+        verdict = Verdict(Action.SETTLED, "the migration no longer exists")
+    else:
+        verdict = stuck(vm, vmi, vmim, ctx.settings, ctx.clock())
+    subject = _subject(found)
+    if verdict.action is Action.WAIT and not tick:  # an event as a VM begins to start: nothing more to read yet
+        return Outcome(verdict.action.value, subject=subject, reason=verdict.reason)
+    events = list(ctx.kube.list(EVENT, found.namespace, field_selector=f"involvedObject.name={found.name}"))
+    records = _records(events, found)
+    for record in records:  # a redelivery of the event that opened or ended an episode answers as it did
+        notice = Ledger.replay(record, delivery)
+        if notice is not None:
+            return Outcome("replay", effect=notice.transition, subject=subject, reason="a redelivered event",
+                           reply=notice.reply())
+    if verdict.action is Action.REPORT and verdict.stuck is not None and vm is not None:
+        verdict = diagnose(read_facts(ctx, verdict.stuck, vm, vmi, vmim, events))
+    return act(verdict, found, vm, records, ctx, delivery, tick)
+
+
+# -- parse: which VM is this event about? (no API calls) ------------------------------------------
+@dataclass(frozen=True)
+class Target:
+    namespace: str
+    name: str                     # the VM (its VMI has the same name)
+    migration: str | None = None  # a VMIM that does not start
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return self.namespace, self.name, self.migration or ""
+
+
+def target(event: Incoming, settings: Settings) -> Target | None:
+    """The VM worth a fresh look, or None when the event cannot concern a stuck VM: a VM whose status is not a
+    stuck state, a migration that is not pending, a deletion (the re-scan ends what it leaves)."""
+    found = about(event, ("VirtualMachine", "VirtualMachineInstanceMigration"), FUNCTION)
+    if found.deleted or not settings.in_scope(found.namespace):
+        return None
+    if found.ref.kind == "VirtualMachine":
+        if found.obj is not None and o.string(found.obj, "status", "printableStatus") not in GROUPS:
+            return None
+        return Target(found.namespace, found.ref.name)
+    obj = found.obj
+    if obj is None:  # Reference mode: the VMIM names its VMI; read it in converge
+        return Target(found.namespace, "", found.ref.name)
+    if (o.string(obj, "status", "phase") or "Pending") not in MIGRATION_PHASES or not o.text(obj, "spec", "vmiName"):
+        return None
+    return Target(found.namespace, o.string(obj, "spec", "vmiName"), found.ref.name)
+
+
+_VM_TOKENS = tuple(f'"{state}"'.encode() for state in GROUPS if not state.startswith("Migration"))
+_VMIM_TOKENS = (b'"Pending"', b'"Scheduling"')
+
+
+def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) -> bool:
+    """A Resource-mode VM event whose JSON names no stuck state, or a VMIM event naming neither Pending nor
+    Scheduling, cannot be about a stuck VM: answered without decoding and without an API call (a VM that
+    settled is found by the re-scan, which ends its finding)."""
+    if headers.get("ce-kind") == "VirtualMachineInstanceMigration":
+        return may_concern(headers, body, ("VirtualMachineInstanceMigration",), _VMIM_TOKENS)
+    return may_concern(headers, body, ("VirtualMachine",), _VM_TOKENS)
+
+
+def _subject(found: Target) -> str:
+    if found.migration:
+        return VMIM.path(found.namespace, found.migration)
+    return VM.path(found.namespace, found.name)
+
+
+def _target_of_record(record: Record) -> Target:
+    details = record.finding.details
+    return Target(record.involved.get("namespace") or record.namespace, str(record.involved.get("name") or ""),
+                  str(details["migration"]) if details.get("migration") else None)
+
+
+# -- read: what explains it -----------------------------------------------------------------------
+def read_facts(ctx: KubeContext[Settings], s: Stuck, vm: dict, vmi: dict | None, vmim: dict | None,
+               events: list[dict]) -> Facts:
+    """Everything decide.diagnose looks at, read fresh; nothing is read that the state cannot need."""
+    namespace = kv.meta(vm).get("namespace") or "default"
+    vmi_uid = kv.meta(vmi).get("uid") if vmi else None
+    spec = o.mapping(vmi, "spec") if vmi else o.mapping(vm, "spec", "template", "spec")
+    kubevirt_events = tuple(_event(e) for e in events if e.get("reason") in KUBEVIRT_REASONS
+                            and _current(e, s, vmi_uid))
+    if s.group in ("stopping", "terminating"):
+        return Facts(s, vmi_deleting=bool(kv.meta(vmi).get("deletionTimestamp")) if vmi else False,
+                     vmi_finalizers=tuple(str(f) for f in o.array(vmi, "metadata", "finalizers")) if vmi else (),
+                     node=_node(ctx, o.string(vmi, "status", "nodeName")) if vmi else None,
+                     kubevirt_events=kubevirt_events)
+    conflict = next((r.finding.summary for r in (record_of(e) for e in events if _source(e) == DEVICE_CONFLICT)
+                     if r is not None and r.open and r.involved.get("kind") == "VirtualMachine"), "")
+    if conflict:
+        return Facts(s, device_conflict=conflict)
+    looked_for = "migration target" if vmim else "launcher"
+    selector = f"{MIGRATION_JOB}={kv.meta(vmim).get('uid')}" if vmim else (f"{CREATED_BY}={vmi_uid}" if vmi_uid
+                                                                             else None)
+    pod = _newest(list(ctx.kube.list(POD, namespace, label_selector=selector))) if selector else None
+    pod_facts = _pod(ctx, pod, namespace) if pod else None
+    attach = bool(pod_facts and any(e.reason in ATTACH_REASONS for e in pod_facts.events))
+    volumes = tuple(_volume(ctx, namespace, v, attach) for v in o.objects(spec, "volumes")
+                    if o.text(v, "persistentVolumeClaim", "claimName") or o.text(v, "dataVolume", "name"))
+    node_name = (o.string(pod, "spec", "nodeName") if pod else "") or (o.string(vmi, "status", "nodeName")
+                                                                         if vmi and not vmim else "")
+    quotas: tuple = ()
+    refused = any(e.reason == "FailedCreate" and "quota" in e.message for e in kubevirt_events)
+    if pod is None or refused:  # a pod that exists was admitted: a quota cannot be what holds it
+        source = _newest(list(ctx.kube.list(POD, namespace, label_selector=f"{CREATED_BY}={vmi_uid}"))) \
+            if vmim and vmi_uid else None
+        requests = _requests(source) if source else _vmi_requests(spec)
+        quotas = tuple(q for quota in ctx.kube.list(QUOTA, namespace) for q in exceeded(quota, requests))
+    devices = frozenset(str(d.get("deviceName")) for key in ("hostDevices", "gpus")
+                        for d in o.objects(spec, "domain", "devices", key) if d.get("deviceName"))
+    nodes_with: dict[str, tuple[str, ...]] = {}
+    total = 0
+    message = pod_facts.scheduled[2] if pod_facts and pod_facts.scheduled else ""
+    if any(f"Insufficient {d}" in message for d in devices):
+        nodes = list(ctx.kube.list(NODE))
+        total = len(nodes)
+        for device in devices:
+            nodes_with[device] = tuple(sorted(
+                o.string(n, "metadata", "name") for n in nodes
+                if (quantity(o.strings(n, "status", "allocatable").get(device)) or 0) > 0))
+    return Facts(s, vmi_deleting=bool(kv.meta(vmi).get("deletionTimestamp")) if vmi else False,
+                 pod=pod_facts, pod_looked_for=looked_for, volumes=volumes,
+                 node=_node(ctx, node_name) if node_name else None, quotas=quotas, kubevirt_events=kubevirt_events,
+                 device_resources=devices, nodes_with=nodes_with, nodes_total=total)
+
+
+def _current(event: dict, s: Stuck, vmi_uid: str | None) -> bool:
+    """KubeVirt's Event about this episode: on this VMI (or the VM), written since the episode began."""
+    involved = event.get("involvedObject") or {}
+    if involved.get("kind") == "VirtualMachineInstance" and vmi_uid and involved.get("uid") not in (None, vmi_uid):
+        return False
+    last = kv.parse_time(event.get("lastTimestamp") or event.get("eventTime"))
+    return last is None or last >= s.since.replace(microsecond=0)
+
+
+def _event(event: dict) -> EventFact:
+    involved = event.get("involvedObject") or {}
+    return EventFact(f"{involved.get('kind')}/{involved.get('name')}", str(event.get("reason") or ""),
+                     str(event.get("message") or ""), int(event.get("count") or 1))
+
+
+def _source(event: dict) -> str:
+    return str((event.get("source") or {}).get("component") or "")
+
+
+def _newest(pods: list[dict]) -> dict | None:
+    live = [p for p in pods if not kv.meta(p).get("deletionTimestamp")] or pods
+    return max(live, key=lambda p: str(kv.meta(p).get("creationTimestamp") or ""), default=None)
+
+
+def _pod(ctx: KubeContext[Settings], pod: dict, namespace: str) -> PodFacts:
+    name = o.string(pod, "metadata", "name")
+    condition = next((c for c in kv.conditions_of(pod) if c.get("type") == "PodScheduled"), None)
+    waiting = tuple((str(c.get("name") or ""), o.string(c, "state", "waiting", "reason"),
+                     o.string(c, "state", "waiting", "message"))
+                    for c in o.objects(pod, "status", "containerStatuses") if o.text(c, "state", "waiting", "reason"))
+    events = tuple(_event(e) for e in sorted(
+        ctx.kube.list(EVENT, namespace, field_selector=f"involvedObject.name={name}"),
+        key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+        if (e.get("involvedObject") or {}).get("kind") == "Pod")
+    scheduled = (str(condition.get("status") or ""), str(condition.get("reason") or ""),
+                 str(condition.get("message") or "")) if condition else None
+    return PodFacts(name, o.string(pod, "spec", "nodeName"), o.string(pod, "status", "phase"), scheduled, waiting,
+                    events)
+
+
+def _volume(ctx: KubeContext[Settings], namespace: str, volume: dict, follow: bool) -> VolumeFacts:
+    """A PVC-backed volume: the PVC's phase; for a pending one its StorageClass; for one whose attach failed,
+    followed through its PV to the Longhorn volume."""
+    claim = o.text(volume, "persistentVolumeClaim", "claimName") or o.string(volume, "dataVolume", "name")
+    facts = VolumeFacts(str(volume.get("name") or ""), claim)
+    pvc = ctx.kube.get(PVC, namespace, claim)
+    if pvc is None:
+        return replace(facts, found=False)
+    facts = replace(facts, phase=o.string(pvc, "status", "phase"), storage_class=o.string(pvc, "spec",
+                                                                                           "storageClassName"))
+    if facts.phase != "Bound" and facts.storage_class:
+        sc = ctx.kube.get(STORAGE_CLASS, None, facts.storage_class)
+        return replace(facts, class_found=sc is not None, provisioner=o.string(sc, "provisioner") if sc else "",
+                       binding_mode=o.string(sc, "volumeBindingMode") if sc else "")
+    pv_name = o.text(pvc, "spec", "volumeName")
+    if not follow or facts.phase != "Bound" or not pv_name:
+        return facts
+    pv = ctx.kube.get(PV, None, pv_name)
+    csi = o.mapping(pv, "spec", "csi")
+    if not pv or csi.get("driver") != LONGHORN_DRIVER or not o.text(csi, "volumeHandle"):
+        return facts
+    lh = ctx.kube.get(LONGHORN_VOLUME, ctx.settings.longhorn_namespace, str(csi["volumeHandle"]))
+    return replace(facts, longhorn=str(csi["volumeHandle"]),
+                   longhorn_state=o.string(lh, "status", "state") if lh else "not found",
+                   longhorn_robustness=o.string(lh, "status", "robustness") if lh else "")
+
+
+def _node(ctx: KubeContext[Settings], name: str) -> NodeFacts | None:
+    if not name:
+        return None
+    node = ctx.kube.get(NODE, None, name)
+    if node is None:
+        return NodeFacts(name, found=False)
+    ready = next((c for c in kv.conditions_of(node) if c.get("type") == "Ready"), {})
+    taints = tuple(f"{t.get('key')}:{t.get('effect')}" for t in o.objects(node, "spec", "taints"))
+    return NodeFacts(name, ready=str(ready.get("status") or ""), ready_reason=str(ready.get("reason") or ""),
+                     ready_since=str(ready.get("lastTransitionTime") or ""),
+                     unschedulable=o.flag(node, "spec", "unschedulable") is True, taints=taints)
+
+
+def _requests(pod: dict) -> dict[str, str]:
+    """A pod's cpu and memory requests, summed over its containers (what the quota admission counts)."""
+    total: dict[str, float] = {}
+    for container in o.objects(pod, "spec", "containers"):
+        for resource, value in o.strings(container, "resources", "requests").items():
+            if resource in ("cpu", "memory"):
+                total[resource] = total.get(resource, 0.0) + (quantity(value) or 0.0)
+    return {k: _format(k, v) for k, v in total.items()}
+
+
+def _vmi_requests(spec: Mapping) -> dict[str, str]:
+    """The guest's own requests, for a launcher pod that could not be created (KubeVirt adds its overhead)."""
+    found = o.strings(spec, "domain", "resources", "requests")
+    return {k: v for k, v in found.items() if k in ("cpu", "memory")}
+
+
+def _format(resource: str, value: float) -> str:
+    if resource == "memory":
+        return f"{value / 2**20:.0f}Mi" if value % 2**20 == 0 or value >= 2**20 else f"{value:.0f}"
+    return f"{value * 1000:.0f}m"
+
+
+# -- act: the finding's life ------------------------------------------------------------------------
+def _ledger(ctx: KubeContext[Settings]) -> Ledger:
+    return Ledger(ctx.kube, FUNCTION, ctx.settings.finding_renew_after, REASON)
+
+
+def _records(events: list[dict], found: Target) -> list[Record]:
+    """This function's findings on this VM, for this target (a migration's, or the VM's own)."""
+    out = []
+    for event in events:
+        record = record_of(event) if _source(event) == FUNCTION else None
+        if record is None or record.finding.function != FUNCTION:
+            continue
+        if (record.finding.details.get("migration") or None) != found.migration:
+            continue
+        out.append(record)
+    return out
+
+
+def act(verdict: Verdict, found: Target, vm: dict | None, records: list[Record], ctx: KubeContext[Settings],
+        delivery: str, tick: bool) -> Outcome:
+    subject, now, ledger = _subject(found), ctx.clock(), _ledger(ctx)
+    s = verdict.stuck
+    episode = s.instance if verdict.action is Action.REPORT and s is not None else None
+    ended = []
+    for record in (r for r in records if r.open and r.finding.key != episode):
+        because = verdict.reason if episode is None else "a new episode began (another VMI or migration)"
+        notice = ledger.resolve(record, delivery, now, summary=resolved_message(record, because),
+                                details={"because": because})
+        if notice is not None:  # the finding's Event turns Normal, with the end in its message
+            ended.append(notice.reply())
+    if episode is None or vm is None or s is None:
+        return Outcome(verdict.action.value, effect="resolved" if ended else "none", subject=subject,
+                       reason=verdict.reason, reply=ended[0] if ended else None)
+    opened = finding(verdict, vm, found.migration)
+    current = next((r for r in records if r.open and r.finding.key == episode), None)
+    changed = current is not None and current.finding.details.get("cause") != opened.details.get("cause")
+    notice = ledger.sighted(opened, vm, delivery, now, message=event_message(verdict, vm, found.migration),
+                            count=not tick, update=changed)
+    if notice is None:
+        return Outcome(verdict.action.value, effect="seen-again", subject=subject, reason=verdict.reason,
+                       reply=ended[0] if ended else None)
+    return Outcome(verdict.action.value, effect=f"detected-{verdict.cause.value if verdict.cause else 'unknown'}",
+                   subject=subject, reason=verdict.reason, reply=notice.reply())
