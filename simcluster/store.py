@@ -143,6 +143,10 @@ RESOURCES: tuple[ResourceType, ...] = (
           create_status={"phase": "Pending"}),
     _core("persistentvolumes", "PersistentVolume", False, status_subresource=True, create_status={"phase": "Pending"}),
     _core("nodes", "Node", False, status_subresource=True),  # nodes may set status on create (node strategy)
+    # vm-stuck-report's facts. ResourceQuota: PrepareForCreate clears the status (kube-controller-manager's
+    # resourcequota controller keeps it); pkg/registry/core/resourcequota/strategy.go.
+    _core("resourcequotas", "ResourceQuota", True, status_subresource=True, create_status=DROP),
+    ResourceType("storage.k8s.io", "v1", "storageclasses", "StorageClass", False),
     _custom("kubevirt.io", "v1", "virtualmachines", "VirtualMachine", True),
     _custom("kubevirt.io", "v1", "virtualmachineinstances", "VirtualMachineInstance", True, status=False),
     _custom("kubevirt.io", "v1", "virtualmachineinstancemigrations", "VirtualMachineInstanceMigration", True),
