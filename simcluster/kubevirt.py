@@ -543,6 +543,11 @@ def schedule_on_nodes(wanted: Mapping[str, float], nodes: list[Mapping], pods: I
     return None, f"0/{len(nodes)} nodes are available: {detail}."
 
 
+def as_pod(pod: Mapping) -> dict:
+    """A pod from a LIST, whose items carry no kind: as an Event's involvedObject names it."""
+    return {**pod, "apiVersion": "v1", "kind": "Pod"}
+
+
 UNBOUND_PVC = "pod has unbound immediate PersistentVolumeClaims"  # v1.33 volumebinding ErrReasonUnboundImmediatePVC
 
 
@@ -1271,7 +1276,7 @@ class KubeVirtSim:
             pod_condition = dict(unschedulable, lastProbeTime=None, lastTransitionTime=rfc3339(now))
             self._kube.patch_pod(meta["namespace"], _meta(pod)["name"], {"status": {
                 "phase": "Pending", "conditions": [pod_condition]}}, status=True)
-            self._kube.record_counted(pod, "Warning", "FailedScheduling", str(why), "default-scheduler", now)
+            self._kube.record_counted(as_pod(pod), "Warning", "FailedScheduling", str(why), "default-scheduler", now)
             return False
         pod_name = _meta(pod)["name"]
         if not (pod.get("spec") or {}).get("nodeName"):
@@ -1339,7 +1344,7 @@ class KubeVirtSim:
                 self._patch_vmi_status(vmi, {"nodeName": node, "conditions": set_condition(
                     drop_condition(_status(vmi).get("conditions"), "PodScheduled"),
                     {"type": "Synchronized", "status": "False", "reason": "ErrImagePull", "message": message}, now)})
-                self._kube.record_counted(pod, "Warning", "Failed", message, "kubelet", now)
+                self._kube.record_counted(as_pod(pod), "Warning", "Failed", message, "kubelet", now)
             return True
         faulted = self._faulted_volume(vmi) if self.volumes else None
         if faulted is not None:
@@ -1354,8 +1359,8 @@ class KubeVirtSim:
                                                                "containerStatuses": [creating]}}, status=True)
                 self._patch_vmi_status(vmi, {"nodeName": node, "conditions": drop_condition(
                     _status(vmi).get("conditions"), "PodScheduled")})
-                self._kube.record_counted(pod, "Warning", "FailedAttachVolume", message, "attachdetach-controller",
-                                          now)
+                self._kube.record_counted(as_pod(pod), "Warning", "FailedAttachVolume", message,
+                                          "attachdetach-controller", now)
             return True
         if _condition_is(vmi, "Synchronized", "False", "ErrImagePull"):
             self._patch_vmi_status(vmi, {"conditions": drop_condition(_status(vmi).get("conditions"), "Synchronized")})

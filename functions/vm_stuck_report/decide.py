@@ -84,7 +84,8 @@ def stuck(vm: Mapping | None, vmi: Mapping | None, vmim: Mapping | None, setting
         return Verdict(Action.SETTLED, f"the VM is {state or 'without a status'}")
     since, instance = _since(vm, vmi, group)
     if since is None:
-        return Verdict(Action.WAIT, f"the VM is {state}, since a time nothing records yet")
+        return Verdict(Action.WAIT, f"the VM is {state}, and nothing records since when (no live VMI, or a stop not "
+                                    f"yet requested)")
     found = Stuck(state, group, since, instance, settings.threshold(state))
     if now - since < found.threshold:
         return Verdict(Action.WAIT, f"the VM is {state} since {stamp(since)}, not yet {_words(found.threshold)}",
@@ -125,11 +126,11 @@ def _since(vm: Mapping, vmi: Mapping | None, group: str) -> tuple[datetime | Non
         return (kv.parse_time(o.text(vmi, "status", "migrationState", "startTimestamp")) if live else None), vmi_uid
     if live:  # starting: every starting phase of this VMI (Pending, Scheduling, Scheduled) counts from its creation
         return kv.parse_time(o.text(vmi, "metadata", "creationTimestamp")), vmi_uid
-    # no VMI yet: since the VM's Ready condition last changed (VMINotExists), at the earliest the VM's creation
-    ready = next((c for c in kv.conditions_of(vm) if c.get("type") == "Ready"), {})
-    times = [t for t in (kv.parse_time(ready.get("lastTransitionTime")),
-                         kv.parse_time(o.text(vm, "metadata", "creationTimestamp"))) if t]
-    return (max(times) if times else None), vm_uid
+    # No live VMI: nothing KubeVirt writes says when this began. The VM's Ready condition (VMINotExists) dates from
+    # the last stop, often days before a start; and a status that needs a VMI (ErrorUnschedulable, ErrImagePull, …)
+    # next to none is a moment stale. Not timed, never guessed: KubeVirt's VirtualMachineStuckInUnhealthyState
+    # covers a VM stuck with no VMI (docs/facts.md §7).
+    return None, vm_uid
 
 
 # -- why? -----------------------------------------------------------------------------------------

@@ -365,9 +365,12 @@ def act(verdict: Verdict, found: Target, vm: dict | None, records: list[Record],
     subject, now, ledger = _subject(found), ctx.clock(), _ledger(ctx)
     s = verdict.stuck
     episode = s.instance if verdict.action is Action.REPORT and s is not None else None
+    waiting = s.instance if verdict.action is Action.WAIT and s is not None else None
     ended = []
-    for record in (r for r in records if r.open and r.finding.key != episode):
-        because = verdict.reason if episode is None else "a new episode began (another VMI or migration)"
+    for record in (r for r in records if r.open and r.finding.key not in (episode, waiting)):
+        because = ("a new episode began (another VMI or migration)" if episode is not None else
+                   f"the VMI it was about is gone or was replaced ({verdict.reason})"
+                   if verdict.action is Action.WAIT else verdict.reason)
         notice = ledger.resolve(record, delivery, now, summary=resolved_message(record, because),
                                 details={"because": because})
         if notice is not None:  # the finding's Event turns Normal, with the end in its message

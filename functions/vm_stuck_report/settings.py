@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from shared import rescan as rescan_settings
-from shared.settings import Env, SettingsError, format_duration, in_scope, parse_duration
+from shared.settings import Env, SettingsError, in_scope, parse_duration
 
 # The states a VM (its status.printableStatus) or a migration (its VMIM's phase) can be stuck in, and how long
 # each may last before it is reported. The words are KubeVirt's (staging/src/kubevirt.io/api/core/v1/types.go
@@ -23,6 +23,7 @@ MIGRATION_PHASES = ("Pending", "Scheduling")  # a VMIM in one of these: its targ
 GROUPS: dict[str, str] = {**{s: "starting" for s in STARTING}, **{s: "stopping" for s in STOPPING},
                           **{s: "terminating" for s in TERMINATING}, **{s: "migrating" for s in MIGRATING},
                           **{f"Migration{p}": "migrating" for p in MIGRATION_PHASES}}
+_VERBS = {"starting": "start", "stopping": "stop", "terminating": "terminate", "migrating": "migrate"}
 DEFAULT_AFTER = timedelta(minutes=10)
 DEFAULT_THRESHOLDS: dict[str, timedelta] = {
     **{s: DEFAULT_AFTER for s in GROUPS},
@@ -64,9 +65,9 @@ def _by_state(text: str, base: timedelta) -> dict[str, timedelta]:
         except ValueError:
             raise SettingsError(f"VM_STUCK_AFTER_BY_STATE: {state}={value.strip()!r} is not a duration; use a value "
                                 f"like 10m.") from None
-        if thresholds[state] < timedelta(minutes=1):
-            raise SettingsError(f"VM_STUCK_AFTER_BY_STATE: {state}={format_duration(thresholds[state])} is shorter "
-                                f"than 1m, less than a re-scan period; use a value like 10m.")
+        if thresholds[state] <= timedelta(0):
+            raise SettingsError(f"VM_STUCK_AFTER_BY_STATE: {state}=0s would report every VM as it begins to "
+                                f"{_VERBS[GROUPS[state]]}; use a value like 10m.")
     return thresholds
 
 
@@ -74,9 +75,9 @@ def load(environ: Mapping[str, str]) -> Settings:
     """The settings from the environment; a bad value raises SettingsError naming the variable."""
     env = Env(environ)
     base = env.duration("VM_STUCK_AFTER", "10m")
-    if base < timedelta(minutes=1):
-        raise SettingsError(f"VM_STUCK_AFTER={format_duration(base)} is shorter than 1m, less than a re-scan period; "
-                            f"use a value like 10m (KubeVirt's own alerts wait 5m to 10m).")
+    if base <= timedelta(0):
+        raise SettingsError("VM_STUCK_AFTER=0s would report every VM as it begins to start or stop; use a value "
+                            "like 10m (KubeVirt's own alerts wait 5m to 10m).")
     namespace = env.raw("LONGHORN_NAMESPACE", "longhorn-system")
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", namespace):
         raise SettingsError(f"LONGHORN_NAMESPACE={namespace!r} is not a namespace name; "

@@ -46,9 +46,9 @@ def _vm_vmi(status, vmi_phase="Scheduling", vmi_age=11, **vm_kw):
     pytest.param("ErrorUnschedulable", "Scheduling", 11, {}, Action.REPORT, "starting", id="unschedulable"),
     pytest.param("ErrorPvcNotFound", "Pending", 11, {}, Action.REPORT, "starting", id="pvc-not-found"),
     pytest.param("ImagePullBackOff", "Scheduled", 30, {}, Action.REPORT, "starting", id="image-pull-backoff"),
-    pytest.param("WaitingForVolumeBinding", None, 0, {"ready_since": at(12)}, Action.REPORT, "starting",
-                 id="no-vmi-ready-condition-since"),
-    pytest.param("Provisioning", None, 0, {"ready_since": at(3)}, Action.WAIT, "starting", id="no-vmi-recent"),
+    pytest.param("WaitingForVolumeBinding", None, 0, {"ready_since": at(12)}, Action.WAIT, None,
+                 id="no-vmi-is-not-timed-from-the-last-stop"),
+    pytest.param("ErrorUnschedulable", "Failed", 60, {}, Action.WAIT, None, id="a-status-of-a-vmi-that-ended-is-stale"),
     pytest.param("Running", "Running", 60, {}, Action.SETTLED, None, id="running-is-settled"),
     pytest.param("Stopped", None, 0, {}, Action.SETTLED, None, id="stopped-is-settled"),
     pytest.param("Paused", "Running", 60, {}, Action.SETTLED, None, id="paused-is-io-pause-reports"),
@@ -108,7 +108,8 @@ def test_migration_states(phase, age, action):
 
 
 @pytest.mark.parametrize("env,fragment", [
-    ({"VM_STUCK_AFTER": "30s"}, "shorter than 1m"),
+    ({"VM_STUCK_AFTER": "0s"}, "would report every VM"),
+    ({"VM_STUCK_AFTER_BY_STATE": "Stopping=0s"}, "would report every VM as it begins to stop"),
     ({"VM_STUCK_AFTER_BY_STATE": "Sleeping=10m"}, "not a state"),
     ({"VM_STUCK_AFTER_BY_STATE": "Starting=soon"}, "not a duration"),
     ({"LONGHORN_NAMESPACE": "Longhorn System"}, "not a namespace"),
