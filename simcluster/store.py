@@ -170,6 +170,15 @@ def type_for_kind(api_version: str, kind: str) -> ResourceType:
     return found
 
 
+def _taint_not_ready(node: dict) -> None:
+    """The TaintNodesByCondition admission plugin (on by default): a new Node gets node.kubernetes.io/not-ready
+    NoSchedule, which the node lifecycle controller removes once the kubelet reports Ready
+    (kubernetes plugin/pkg/admission/nodetaint/admission.go, addNotReadyTaint)."""
+    taints = node.setdefault("spec", {}).setdefault("taints", [])
+    if not any(t.get("key") == "node.kubernetes.io/not-ready" and t.get("effect") == "NoSchedule" for t in taints):
+        taints.append({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"})
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Small helpers.
 
@@ -324,6 +333,8 @@ class Store:
             self._check_namespace_lifecycle(rt, meta)
             if rt.kind == "Event" and rt.group == "":
                 _check_event_namespace(rt, obj)
+            if rt.kind == "Node" and rt.group == "":
+                _taint_not_ready(obj)
             given_version = meta.get("resourceVersion")
             self._prepare_create(rt, obj, keep_status)
             obj = self.validate(rt, obj)
