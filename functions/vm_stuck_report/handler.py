@@ -338,7 +338,8 @@ def _vmi_requests(spec: Mapping) -> dict[str, str]:
 
 def _format(resource: str, value: float) -> str:
     if resource == "memory":
-        return f"{value / 2**20:.0f}Mi" if value % 2**20 == 0 or value >= 2**20 else f"{value:.0f}"
+        return f"{value / 2**30:.0f}Gi" if value % 2**30 == 0 else f"{value / 2**20:.0f}Mi" if value >= 2**20 \
+            else f"{value:.0f}"
     return f"{value * 1000:.0f}m"
 
 
