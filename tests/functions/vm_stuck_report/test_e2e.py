@@ -179,6 +179,47 @@ def test_a_node_selector_no_node_matches(world, nodes):
     world.resolved(name)
 
 
+def test_a_taint_the_vm_does_not_tolerate(world, nodes):
+    nodes(b.node("taint-a", taints=({"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},)))
+    name = world.create_vm()
+    world.wait_status(name, "ErrorUnschedulable")
+    _check(world.reported(name), "ErrorUnschedulable", "node-placement", "untolerated taint {dedicated: gpu}",
+           "toleration")
+    world.cluster.patch("v1", "Node", None, "taint-a", {"spec": {"taints": None}})
+    world.wait_status(name, "Running")
+    world.resolved(name)
+
+
+def test_every_node_that_fits_is_cordoned(world, nodes):
+    nodes(b.node("cordon-a", unschedulable=True))
+    name = world.create_vm()
+    world.wait_status(name, "ErrorUnschedulable")
+    _check(world.reported(name), "ErrorUnschedulable", "node-unschedulable", "1 node(s) were unschedulable",
+           "uncordon")
+    world.cluster.patch("v1", "Node", None, "cordon-a", {"spec": {"unschedulable": None}})
+    world.wait_status(name, "Running")
+    world.resolved(name)
+
+
+def test_a_start_blocked_by_a_device_another_vm_holds_is_device_conflicts_finding(world, nodes):
+    resource = "intel.com/82599_ETHERNET_CONTROLLER_VIRTUAL_FUNCTION"
+    nodes(b.node("vf-a", allocatable={"cpu": "8", "memory": "32Gi", "pods": "110", resource: "1"}))
+    holder = world.create_vm(devices=(resource,))
+    world.wait_status(holder, "Running")
+    blocked = world.create_vm(devices=(resource,))  # names the same host device (dev0)
+    world.wait_status(blocked, "ErrorUnschedulable")
+    time.sleep(AFTER + 1)
+    for _ in range(3):
+        world.tick()
+    conflict = eventually(lambda: [e for e in world.cluster.list("v1", "Event", "default")
+                                   if (e.get("source") or {}).get("component") == "device-conflict"
+                                   and e["involvedObject"]["name"] == blocked], what="device-conflict's finding")
+    assert conflict and not world.notices(blocked) and not world.events(blocked)
+    world.halt(blocked)
+    world.halt(holder)
+    world.wait_status(blocked, "Stopped")
+
+
 def test_a_pvc_that_does_not_exist(world):
     name = world.create_vm(claims=("missing-disk",))
     world.wait_status(name, "ErrorPvcNotFound")
