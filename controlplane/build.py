@@ -29,7 +29,7 @@ class Component:
     module: str        # the upstream module whose version keys the cache
     packages: tuple[str, ...]
     binaries: tuple[str, ...]
-    ldflags: str = "-s -w"
+    ldflags: str = "-s -w"  # {version} becomes the module's version
 
     @property
     def directory(self) -> Path:
@@ -58,7 +58,11 @@ KUBE = Component("kube", "k8s.io/kubernetes", ("./cmd/kube-apiserver", "./cmd/ku
 ETCD = Component("etcd", "go.etcd.io/etcd/server/v3", (".",), ("etcd",))
 KNATIVE = Component("knative", "knative.dev/eventing", ("knative.dev/eventing/cmd/apiserver_receive_adapter",),
                     ("apiserver_receive_adapter",))
-ALL = (KUBE, ETCD, KNATIVE)
+# Helm installs deploy/chart on the real control plane (tests/deploy/test_chart.py); its version is stamped so
+# `helm version` reports it (helm.sh/helm/v3/internal/version/version.go, `version` is set by the Makefile).
+HELM = Component("helm", "helm.sh/helm/v3", ("helm.sh/helm/v3/cmd/helm",), ("helm",),
+                 ldflags="-s -w -X helm.sh/helm/v3/internal/version.version={version}")
+ALL = (KUBE, ETCD, KNATIVE, HELM)
 
 
 def cache_root() -> Path:
@@ -95,7 +99,8 @@ def ensure(component: Component, say=lambda text: None) -> Path:
         partial = target.with_name(target.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir()
-        ldflags = _kube_ldflags(component.version) if component is KUBE else component.ldflags
+        ldflags = (_kube_ldflags(component.version) if component is KUBE
+                   else component.ldflags.format(version=component.version))
         env = dict(os.environ, CGO_ENABLED="0", GOTOOLCHAIN="local", GOFLAGS="-mod=readonly")
         log = target.parent / f"{component.name}-{component.version}.build.log"
         say(f"building {component.name} {component.version} with {go} (a cold build takes minutes; log: {log})")

@@ -95,6 +95,7 @@ class LocalKnative:
         apiserversource_binary: str | os.PathLike | None = None,
         namespaces_of: Callable[[Mapping[str, Any] | None], list[str]] | None = None,
         source_listed: Callable[[Mapping[str, Any]], bool] | None = None,
+        function_server: Callable[..., FunctionServer] = FunctionServer,
     ) -> None:
         self.manifests = manifests
         self.kubeconfig_for = kubeconfig_for
@@ -112,6 +113,8 @@ class LocalKnative:
         self.apiserversource_binary = apiserversource_binary
         self.namespaces_of = namespaces_of
         self.source_listed = source_listed
+        # What runs a Knative Service: a process from the work tree, or (image/run.py) its container.
+        self.function_server = function_server
         self.functions: dict[str, FunctionServer] = {}
         self.sources: dict[str, ApiServerSourceAdapter | KnativeApiServerSource] = {}
         self.pings: dict[str, PingSourceAdapter] = {}
@@ -169,7 +172,7 @@ class LocalKnative:
         for svc in of_kind(self.manifests, "serving.knative.dev", "Service"):
             name, ns = svc["metadata"]["name"], svc["metadata"].get("namespace", "default")
             on_log = (lambda line, _n=name: self.on_log(_n, line)) if self.on_log else None
-            server = FunctionServer(svc, kubeconfig=self.kubeconfig_for(f"{ns}/{service_account(svc)}"),
+            server = self.function_server(svc, kubeconfig=self.kubeconfig_for(f"{ns}/{service_account(svc)}"),
                                     env_overrides=self.env_overrides.get(name), on_log=on_log, repo=self.repo)
             self.functions[name] = server
             server.start()

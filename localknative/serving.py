@@ -155,8 +155,8 @@ class FunctionServer:
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                code = self._proc.returncode
+            if self._proc is None or self._proc.poll() is not None:
+                code = self._proc.returncode if self._proc else None
                 self.stop()
                 raise ServingError(
                     f"Knative Service {self.name} exited with code {code} while starting:\n"

@@ -59,6 +59,9 @@ class World:
     started in that order and stopped in the reverse one. Use it as a context manager."""
 
     function_sa = ""  # "namespace/name" of the function's ServiceAccount, for function_requests()
+    # What runs each Knative Service (LocalKnative's function_server): None, a process from the work tree;
+    # tests/deploy/test_image.py sets image.run.factory(...) to run every function from the image.
+    function_server = None
 
     def __init__(self, kubevirt_version: str = "1.3.1", *, backend: str = backends.SIM,
                  kubevirt: Mapping[str, Any] | None = None,
@@ -84,6 +87,7 @@ class World:
                 apiserversource_binary=adapter,
                 namespaces_of=namespaces_of(self.cluster),
                 source_listed=self._source_listed if use_knative else None,
+                **({"function_server": self.function_server} if self.function_server else {}),
             ).start()
         except BaseException:
             self.stop()

@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import REPO
 
 # -- reading a module -----------------------------------------------------------------------------
-FIRST_PARTY = ("shared", "functions", "localknative", "simcluster", "controlplane", "bench", "tests")
+FIRST_PARTY = ("shared", "functions", "localknative", "simcluster", "controlplane", "bench", "tests", "image")
 
 
 @dataclass(frozen=True)
@@ -113,6 +113,8 @@ RULES = {
     "controlplane": Rule("the control plane never imports the tests or the benchmarks",
                          forbidden=("tests", "bench")),
     "bench": Rule("the benchmarks never import the tests", forbidden=("tests",)),
+    "image": Rule("image/ builds the image and runs a Knative Service's container as localknative runs its process: "
+                  "it imports localknative only", allowed=("localknative",)),
     "upstream": Rule("upstream/extract.py re-extracts vendored data: it imports nothing of the repository",
                      allowed=()),
     "tests": Rule("tests may import everything"),

@@ -7,6 +7,7 @@ Usage (from the repository root):
     python upstream/extract.py knative-serving knative-v1.22.1
     python upstream/extract.py longhorn v1.10.0
     python upstream/extract.py pcidevices bdd80256a8548a4271f6ec4928e2203441a54bc0
+    python upstream/extract.py harvester 5ffb931351309a4d7952dfc65cfaecf3372642b1
 
 Each file is read either from a local clone (``--git-dir DIR``: ``git --git-dir DIR show REF:PATH``) or, by default,
 from ``https://raw.githubusercontent.com/<owner>/<repo>/<ref>/<path>``. ``--check`` compares instead of writing and
@@ -67,6 +68,10 @@ PROJECTS = {
         "crds.yaml": "charts/templates/crds.yaml",
         "sample-pcidevice.yaml": "sample/pcidevice.yaml",
         "sample-pcideviceclaim.yaml": "sample/pcideviceclaim.yaml",
+    }),
+    # The Addon CRD (deploy/harvester/addon.yaml is applied against it); not versioned either.
+    "harvester": Project("harvester/harvester", lambda ref: "harvester", {
+        "addons.crd.yaml": "deploy/charts/harvester-crd/templates/harvesterhci.io_addons.yaml",
     }),
 }
 
