@@ -2,7 +2,10 @@
 import importlib
 import sys
 
-ALL = ["vmi_cleanup", "device_conflict", "migration_report", "io_pause_report", "alert_forwarder", "api_cost", "image"]
+# irrelevant first: every function's irrelevant events, start-up and RSS next to the no-op, in one run; image:
+# start-up and RSS from the container image (bench/image.py); broker: the real broker's latency beside localknative's.
+ALL = ["irrelevant", "vmi_cleanup", "device_conflict", "migration_report", "io_pause_report", "alert_forwarder",
+       "api_cost", "image", "broker"]
 
 
 def main(argv: list[str]) -> int:

@@ -209,8 +209,10 @@ def post(port: int, headers: Mapping[str, str], body: bytes, timeout: float = 5.
 class Server:
     """One functions-framework process (gunicorn master + worker) in its own process group."""
 
-    def __init__(self, spec: Spec, kubeconfig: str, workdir: Path, env: Mapping[str, str] | None = None):
+    def __init__(self, spec: Spec, kubeconfig: str, workdir: Path, env: Mapping[str, str] | None = None,
+                 prefix: list[str] | None = None):
         self.spec = spec
+        self.prefix = list(prefix or [])  # a command the server runs under (bench/irrelevant.py: in-cluster)
         self.kubeconfig = kubeconfig
         self.env = dict(env or {})  # the function's settings
         self.log_path = workdir / f"{spec.name}-{uuid.uuid4().hex[:6]}.log"
@@ -227,8 +229,9 @@ class Server:
         with open(self.log_path, "wb") as log:  # the child keeps its own descriptor
             self.spawned = time.perf_counter()
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "functions_framework", "--target", "handle", "--source", self.spec.source,
-                 "--signature-type", "http", "--host", "127.0.0.1", "--port", str(self.port)],
+                [*self.prefix, sys.executable, "-m", "functions_framework", "--target", "handle",
+                 "--source", self.spec.source, "--signature-type", "http", "--host", "127.0.0.1",
+                 "--port", str(self.port)],
                 cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True)
         return self

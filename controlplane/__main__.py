@@ -1,8 +1,11 @@
-"""`python -m controlplane up|down|status|build`: a real control plane for a person (`make cluster`).
+"""`python -m controlplane up|down|status|build|guest`: a real control plane for a person (`make cluster`).
 
 `up` builds what is not cached, starts etcd, kube-apiserver and kube-controller-manager in the background,
-installs the upstream CRDs and deploy/ (as `make deploy` would on a real cluster), prints
-`KUBECONFIG=<path>` and returns. `down` stops them and removes their folder. State lives in
+installs the upstream CRDs and deploy/ (as `make deploy` would on a real cluster), starts KubeVirt's
+virt-controller (KUBEVIRT_VERSION) and the node stand-in (scheduler, kubelet, virt-handler: `node`), then Knative
+(its broker, channel, sources and webhooks; controlplane/knative_up.py keeps it running; KNATIVE=0 skips it),
+prints `KUBECONFIG=<path>` and returns. `guest poweroff|crash NAMESPACE/NAME` is what the guest of a running VMI
+does, as the node reports it. `down` stops them all and removes their folder. State lives in
 ~/.cache/vmevents/cluster/ (VMEVENTS_CACHE moves it), so `down` works from any shell.
 """
 from __future__ import annotations
@@ -12,6 +15,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,10 +37,11 @@ def _alive(pid: int) -> bool:
         command = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    return any(name in command for name in (b"etcd", b"kube-apiserver", b"kube-controller-manager"))
+    return any(name in command for name in (b"etcd", b"kube-apiserver", b"kube-controller-manager",
+                                            b"virt-controller", b"controlplane\x00node", b"controlplane.knative_up"))
 
 
-def up(event_ttl: str, kubevirt_version: str) -> int:
+def up(event_ttl: str, kubevirt_version: str, knative: bool = True) -> int:
     from controlplane.cluster import RealCluster
     from controlplane.server import ControlPlane
 
@@ -51,17 +56,48 @@ def up(event_ttl: str, kubevirt_version: str) -> int:
     plane = ControlPlane(event_ttl=event_ttl, workdir=workdir)
     plane.start(say=lambda text: print(text, file=sys.stderr, flush=True))
     try:
-        RealCluster(plane, kubevirt_version).start().stop()
+        cluster = RealCluster(plane, kubevirt_version).start()
+        cluster.stop()
+        state = {**plane.state(), "kubevirt_version": kubevirt_version}
+        controller = cluster.virt_controller
+        if controller is not None and controller.process is not None:
+            state["pids"]["virt-controller"] = controller.process.pid
+        _state_file().write_text(json.dumps(state, indent=2))
+        log = open(workdir / "node-stand-in.log", "wb")  # noqa: SIM115 - the child keeps it
+        node = subprocess.Popen([sys.executable, "-m", "controlplane", "node"], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        state["pids"]["controlplane node"] = node.pid
     except BaseException:
         plane.remove()
         raise
-    _state_file().write_text(json.dumps(plane.state(), indent=2))
+    _state_file().write_text(json.dumps(state, indent=2))
     plane.processes.clear()  # they keep running after this process exits: `down` stops them
+    if knative:
+        state["pids"]["knative"] = _start_knative(workdir)
+        _state_file().write_text(json.dumps(state, indent=2))
     print(f"control plane ready in {time.monotonic() - started:.1f}s (kube-apiserver {build.KUBE.version}, "
-          f"etcd {build.ETCD.version}, KubeVirt {kubevirt_version} CRDs, deploy/ applied, --event-ttl={event_ttl})",
+          f"etcd {build.ETCD.version}, KubeVirt {kubevirt_version}: virt-controller and the node stand-in, "
+          f"deploy/ applied, --event-ttl={event_ttl}"
+          f"{', Knative ' + build.KNATIVE.version + ' (eventing, broker, channel, webhooks)' if knative else ''})",
           file=sys.stderr)
     print(f"KUBECONFIG={plane.admin_kubeconfig}")
     return 0
+
+
+def _start_knative(workdir: Path, timeout: float = 300.0) -> int:
+    """Knative's process (controlplane/knative_up.py), in the background; its pid once Knative is ready."""
+    import subprocess
+
+    log = open(workdir / "knative.log", "wb")  # noqa: SIM115 - the process keeps it
+    process = subprocess.Popen([sys.executable, "-m", "controlplane.knative_up", str(_state_file())],
+                               stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                               start_new_session=True, cwd=Path(__file__).resolve().parent.parent)
+    deadline = time.monotonic() + timeout
+    while not (workdir / "knative.ready").exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"Knative did not start; see {workdir / 'knative.log'}")
+        time.sleep(0.5)
+    return process.pid
 
 
 def _read_state() -> dict | None:
@@ -74,7 +110,8 @@ def _read_state() -> dict | None:
 def _stop(state: dict | None) -> None:
     if not state:
         return
-    for name in ("kube-controller-manager", "kube-apiserver", "etcd"):
+    for name in ("knative", "controlplane node", "virt-controller", "kube-controller-manager", "kube-apiserver",
+                 "etcd"):
         pid = state["pids"].get(name)
         if pid and _alive(pid):
             try:
@@ -109,6 +146,53 @@ def status() -> int:
     return 0
 
 
+class _Running:
+    """The running cluster of the state file, with what simcluster.kubevirt.KubeVirtSim asks of a cluster."""
+
+    backend = "real"
+    runs_virt_controller = True
+
+    def __init__(self, state: dict):
+        self.kubevirt_version = state.get("kubevirt_version", "1.3.1")
+        self._kubeconfig = state["kubeconfig"]
+
+    def api_client(self, service_account: str | None = None):
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=self._kubeconfig)
+
+
+def _running_cluster() -> _Running:
+    state = _read_state()
+    if not state:
+        raise RuntimeError("no control plane is running (make cluster starts one)")
+    return _Running(state)
+
+
+def node() -> int:
+    """The node stand-in for `make cluster`, in the foreground until it is stopped (`down` does)."""
+    from simcluster.kubevirt import KubeVirtSim
+
+    kubevirt = KubeVirtSim(_running_cluster(), node_only=True).start()
+    stopped = {"yes": False}
+    signal.signal(signal.SIGTERM, lambda *_: stopped.update(yes=True))
+    while not stopped["yes"]:
+        time.sleep(0.5)
+    kubevirt.stop()
+    return 0
+
+
+def guest(action: str, target: str) -> int:
+    """The guest of a running VMI powers off or crashes, as virt-handler reports it (one write, then done)."""
+    from simcluster.kubevirt import KubeVirtSim
+
+    namespace, _, name = target.rpartition("/")
+    kubevirt = KubeVirtSim(_running_cluster(), node_only=True)  # not started: the action runs here, once
+    (kubevirt.guest_power_off if action == "poweroff" else kubevirt.guest_crash)(namespace or "default", name)
+    print(f"the guest of VMI {namespace or 'default'}/{name}: {action}")
+    return 0
+
+
 def prepare() -> int:
     """Before the tests (`make test`): build the control plane if Go is here, so no test waits on a cold build.
     Without Go the real-backend tests skip, saying so once; with CI=true a missing Go is an error."""
@@ -123,11 +207,14 @@ def prepare() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m controlplane", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("up", "down", "status", "build", "prepare"))
+    parser.add_argument("command", choices=("up", "down", "status", "build", "prepare", "node", "guest"))
+    parser.add_argument("args", nargs="*", help="guest: poweroff|crash NAMESPACE/NAME")
     parser.add_argument("--event-ttl", default=os.environ.get("EVENT_TTL", "1h"),
                         help="kube-apiserver --event-ttl (default 1h, as Kubernetes)")
     parser.add_argument("--kubevirt", default=os.environ.get("KUBEVIRT_VERSION", "1.3.1"),
-                        help="the KubeVirt version whose CRDs are installed (default 1.3.1)")
+                        help="the KubeVirt version whose CRDs and virt-controller run (default 1.3.1)")
+    parser.add_argument("--no-knative", action="store_true", default=os.environ.get("KNATIVE") == "0",
+                        help="skip Knative (its broker, channel, sources and webhooks; KNATIVE=0 does the same)")
     args = parser.parse_args(argv)
     _state_dir().mkdir(parents=True, exist_ok=True)
     try:
@@ -136,9 +223,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "prepare":
             return prepare()
         if args.command == "up":
-            return up(args.event_ttl, args.kubevirt)
+            return up(args.event_ttl, args.kubevirt, knative=not args.no_knative)
         if args.command == "down":
             return down()
+        if args.command == "node":
+            return node()
+        if args.command == "guest":
+            if len(args.args) != 2 or args.args[0] not in ("poweroff", "crash"):
+                parser.error("guest needs: poweroff|crash NAMESPACE/NAME")
+            return guest(*args.args)
         return status()
     except (build.BuildError, RuntimeError) as exc:
         print(f"controlplane: {exc}", file=sys.stderr)

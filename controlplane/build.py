@@ -30,10 +30,11 @@ class Component:
     packages: tuple[str, ...]
     binaries: tuple[str, ...]
     ldflags: str = "-s -w"  # {version} becomes the module's version
+    folder: str = ""   # the wrapper module's folder when it is not `name` (one folder per pinned version)
 
     @property
     def directory(self) -> Path:
-        return MODULES / self.name
+        return MODULES / (self.folder or self.name)
 
     @property
     def version(self) -> str:
@@ -56,13 +57,32 @@ def _kube_ldflags(version: str) -> str:
 KUBE = Component("kube", "k8s.io/kubernetes", ("./cmd/kube-apiserver", "./cmd/kube-controller-manager"),
                  ("kube-apiserver", "kube-controller-manager"))
 ETCD = Component("etcd", "go.etcd.io/etcd/server/v3", (".",), ("etcd",))
-KNATIVE = Component("knative", "knative.dev/eventing", ("knative.dev/eventing/cmd/apiserver_receive_adapter",),
-                    ("apiserver_receive_adapter",))
+# Knative Eventing's commands (the binary is named after the package's last element): the sources' adapters,
+# the core controller and webhook, the MT channel-based broker and the in-memory channel (docs/control-plane.md).
+KNATIVE_COMMANDS = ("apiserver_receive_adapter", "mtping", "controller", "webhook", "broker/ingress",
+                    "broker/filter", "mtchannel_broker", "in_memory/channel_controller",
+                    "in_memory/channel_dispatcher")
+KNATIVE = Component("knative", "knative.dev/eventing",
+                    tuple(f"knative.dev/eventing/cmd/{c}" for c in KNATIVE_COMMANDS),
+                    tuple(c.rsplit("/", 1)[-1] for c in KNATIVE_COMMANDS))
+# Knative Serving's admission webhook only: the rest of Serving needs pods and a network layer.
+SERVING = Component("serving", "knative.dev/serving", ("knative.dev/serving/cmd/webhook",), ("webhook",))
 # Helm installs deploy/chart on the real control plane (tests/deploy/test_chart.py); its version is stamped so
 # `helm version` reports it (helm.sh/helm/v3/internal/version/version.go, `version` is set by the Makefile).
 HELM = Component("helm", "helm.sh/helm/v3", ("helm.sh/helm/v3/cmd/helm",), ("helm",),
                  ldflags="-s -w -X helm.sh/helm/v3/internal/version.version={version}")
-ALL = (KUBE, ETCD, KNATIVE, HELM)
+
+
+def _kubevirt(version: str) -> Component:
+    # One wrapper module per KubeVirt version: each pins its own go.mod/go.sum (docs/control-plane.md).
+    return Component("kubevirt", "kubevirt.io/kubevirt",
+                     ("kubevirt.io/kubevirt/cmd/virt-controller", "./kubevirt-manifests"),
+                     ("virt-controller", "kubevirt-manifests"), folder=f"kubevirt-{version}")
+
+
+KUBEVIRT_VERSIONS = ("v1.8.3", "v1.3.0", "v1.1.1")   # the newest first: the default, and the first built
+KUBEVIRT = {version: _kubevirt(version) for version in KUBEVIRT_VERSIONS}
+ALL = (KUBE, ETCD, KNATIVE, SERVING, HELM, *KUBEVIRT.values())
 
 
 def cache_root() -> Path:
@@ -123,7 +143,7 @@ def ensure(component: Component, say=lambda text: None) -> Path:
 
 
 def ensure_all(say=lambda text: None) -> dict[str, Path]:
-    return {c.name: ensure(c, say) for c in ALL}
+    return {binary_dir(c).name: ensure(c, say) for c in ALL}
 
 
 def main() -> int:

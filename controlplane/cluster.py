@@ -3,12 +3,17 @@
 `RealCluster(plane, kubevirt_version).start()` installs the upstream CRDs (KubeVirt for that version,
 Longhorn, harvester/pcidevices, Knative), seeds the namespaces and the KubeVirt CR, and applies deploy/
 with `kubectl apply -k`, so the namespace, ServiceAccounts, ClusterRoles, bindings and Knative objects are
-the ones an operator gets. Each function then gets a token for its own ServiceAccount from the TokenRequest
-API, as a pod would, and the real RBAC authorizer judges every request it makes. `requests` reads the API
-server's audit log, so the same least-privilege check as on the simulator runs against the real thing.
+the ones an operator gets. KubeVirt's own virt-controller of that version then runs against it
+(controlplane/kubevirt.py), with virt-operator's CRDs and RBAC for it. Each function then gets a token for its
+own ServiceAccount from the TokenRequest API, as a pod would, and the real RBAC authorizer judges every request
+it makes. `requests` reads the API server's audit log, so the same least-privilege check as on the simulator
+runs against the real thing. The functions' kubeconfigs point at a fault-injecting proxy in front of
+kube-apiserver (controlplane/faultproxy.py): `faults` is the same API as the simulator's, so fault tests run on
+both.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -17,9 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from controlplane import crds
+from controlplane import kubevirt as virt_controller
+from controlplane.faultproxy import FaultProxy
 from controlplane.server import ControlPlane
 from simcluster.apiserver import AuditRecord
 from simcluster.paths import DEPLOY_DIR
@@ -34,6 +39,9 @@ KEEP_KINDS = {"Namespace", "KubeVirt", "Node"}
 # Kinds of which a reset deletes only what vmevents made (labelled app.kubernetes.io/part-of=vmevents).
 OURS_ONLY = {"ConfigMap"}
 ADMIN_USER = "vmevents-admin"
+CRD_DIGEST = "vmevents.io/crd-digest"  # on each installed CRD: a digest of what was installed
+# A reset deletes these first, in this order: a VM gone first is not restarted by virt-controller.
+RESET_FIRST = ("VirtualMachine", "VirtualMachineInstanceMigration", "VirtualMachineInstance", "Pod")
 _PATCH_TYPES = {"merge": "application/merge-patch+json", "json": "application/json-patch+json",
                 "strategic": "application/strategic-merge-patch+json"}
 
@@ -58,8 +66,12 @@ class RealCluster:
     backend = "real"
 
     def __init__(self, plane: ControlPlane, kubevirt_version: str = "1.3.1", kubevirt_namespace: str = "kubevirt",
-                 overlay: str = "default"):
+                 overlay: str = "default", virt_controller: bool = True, fault_proxy: bool = True):
+        """virt_controller: run KubeVirt's virt-controller (the default); off, nothing acts on VMs and VMIs."""
         self.plane = plane
+        self.runs_virt_controller = virt_controller
+        self.fault_proxy = fault_proxy
+        self.proxy: FaultProxy | None = None
         self.kubevirt_version = kubevirt_version
         self.kubevirt_namespace = kubevirt_namespace
         self.overlay = overlay
@@ -79,14 +91,29 @@ class RealCluster:
         from kubernetes import config
 
         self._admin = config.new_client_from_config(config_file=str(self.plane.admin_kubeconfig))
+        if self.fault_proxy:
+            pki = self.plane.pki
+            self.proxy = FaultProxy(self.plane.url, pki.ca_cert, pki.server_cert, pki.server_key).start()
+        running = virt_controller.running_on(self.plane)
+        if running is not None and (not self.runs_virt_controller or
+                                    running.version != virt_controller.controller_version(self.kubevirt_version)):
+            virt_controller.stop_on(self.plane, self)  # before its CRDs change under it
         self.install_crds()
         self.reset()
         for namespace in dict.fromkeys(("default", self.kubevirt_namespace, "vmevents")):
             self.ensure({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
         self.apply_deploy()
         self._seed_kubevirt()
+        if self.runs_virt_controller:
+            virt_controller.ensure_running(self, self.kubevirt_version)
+        else:
+            virt_controller.stop_on(self.plane, self)
         self.clear_requests()
         return self
+
+    @property
+    def virt_controller(self) -> virt_controller.VirtController | None:
+        return virt_controller.running_on(self.plane) if self.runs_virt_controller else None
 
     def stop(self) -> None:
         for client in self._clients:
@@ -95,6 +122,16 @@ class RealCluster:
         if self._admin is not None:
             self._admin.close()
             self._admin = None
+        if self.proxy is not None:
+            self.proxy.stop()
+            self.proxy = None
+
+    @property
+    def faults(self):
+        """The faults the proxy injects into the functions' requests (simcluster.faults.Faults)."""
+        if self.proxy is None:
+            raise RealClusterError("this RealCluster runs without its fault proxy (fault_proxy=False)")
+        return self.proxy.faults
 
     def __enter__(self) -> RealCluster:
         return self.start()
@@ -104,9 +141,13 @@ class RealCluster:
 
     def install_crds(self, timeout: float = 60.0) -> None:
         """Create or replace every CRD, then wait until each is Established (the API server serves it)."""
-        wanted = crds.kubevirt_crds(self.kubevirt_version) + crds.manifest_crds()
-        kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", kubeconfig=self.plane.admin_kubeconfig,
-                stdin="\n---\n".join(yaml.safe_dump(c) for c in wanted))
+        if self.runs_virt_controller:  # virt-operator's own CRDs: virt-controller's informers need all of them
+            kubevirt = virt_controller.crds(virt_controller.controller_version(self.kubevirt_version))
+        else:
+            kubevirt = crds.kubevirt_crds(self.kubevirt_version)
+        wanted = kubevirt + crds.manifest_crds()
+        for crd in wanted:
+            self._put_crd(crd)
         deadline = time.monotonic() + timeout
         for crd in wanted:
             name = crd["metadata"]["name"]
@@ -119,24 +160,47 @@ class RealCluster:
                     raise RealClusterError(f"CRD {name} was not Established in {timeout:.0f}s: {conditions}")
                 time.sleep(0.1)
 
+    def _put_crd(self, crd: dict) -> None:
+        """Create or replace one CRD, unless it is already exactly this one (its digest annotation says so):
+        KubeVirt's CRDs are megabytes, and a world that installs the same ones again then costs nothing."""
+        body = {k: v for k, v in crd.items() if k != "status"}
+        digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:20]
+        meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "creationTimestamp"}
+        body["metadata"] = {**meta, "annotations": {**(meta.get("annotations") or {}), CRD_DIGEST: digest}}
+        path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{meta['name']}"
+        current = self._request("GET", path, allow=(404,))
+        names = {v["name"] for v in body["spec"]["versions"]}
+        if current is not None and not set((current.get("status") or {}).get("storedVersions") or []) <= names:
+            # An older KubeVirt's CRD lacks a version a newer one stored (pools, clones: v1beta1): the server
+            # refuses that update, so the CRD (with whatever objects of it a test left) goes and comes back.
+            self._request("DELETE", path, allow=(404,))
+            deadline = time.monotonic() + 60
+            while self._request("GET", path, allow=(404,)) is not None:
+                if time.monotonic() > deadline:
+                    raise RealClusterError(f"CRD {meta['name']} was not deleted in 60 s")
+                time.sleep(0.1)
+            current = None
+        if current is None:
+            self._request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body)
+        elif (current["metadata"].get("annotations") or {}).get(CRD_DIGEST) != digest:
+            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            self._request("PUT", path, body)
+
     def reset(self) -> None:
         """Remove what an earlier cluster on this control plane left: every object of the kinds the
-        functions and tests create (finalizers dropped first: no KubeVirt runs to release them), every
+        functions and tests create (finalizers dropped first: no node stand-in runs now to let KubeVirt release
+        them; virt-controller keeps running and lets go of what it no longer finds), every
         Event, and every namespace that is not a system one. One control plane then serves a whole test
         session, each world starting from the same empty state."""
-        for rt in RESOURCES:
-            if rt.kind in KEEP_KINDS or not self._served(rt):
-                continue
-            # ConfigMaps: only ours (the control plane's own, e.g. in kube-system, stay).
-            query = [("labelSelector", "app.kubernetes.io/part-of=vmevents")] if rt.kind in OURS_ONLY else None
-            for obj in self._request("GET", self._rt_path(rt, None), query=query)["items"]:
-                meta = obj["metadata"]
-                path = self._rt_path(rt, meta.get("namespace"), meta["name"])
-                if meta.get("finalizers"):
-                    self._request("PATCH", path, {"metadata": {"finalizers": None}},
-                                  content_type=_PATCH_TYPES["merge"], allow=(404, 409))
-                self._request("DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
-                              allow=(404, 409))
+        kinds = sorted((rt for rt in RESOURCES if rt.kind not in KEEP_KINDS and self._served(rt)),
+                       key=lambda rt: RESET_FIRST.index(rt.kind) if rt.kind in RESET_FIRST else len(RESET_FIRST))
+        for rt in kinds:
+            self._purge(rt)
+        # A running virt-controller may have acted between those deletes (a VMI recreated before its VM went,
+        # a launcher pod for it): purge those kinds again until none is left.
+        deadline = time.monotonic() + 30
+        while sum(self._purge(rt) for rt in kinds if rt.kind in RESET_FIRST) and time.monotonic() < deadline:
+            time.sleep(0.2)
         for kind in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):  # deploy/components/prevent
             path = f"/apis/admissionregistration.k8s.io/v1/{kind}"
             found = self._request("GET", path, query=[("labelSelector", "app.kubernetes.io/part-of=vmevents")],
@@ -155,6 +219,21 @@ class RealCluster:
             if time.monotonic() > deadline:
                 raise RealClusterError("namespaces of an earlier world did not go away in 60 s")
             time.sleep(0.2)
+
+    def _purge(self, rt) -> int:
+        """Delete every object of one kind now (finalizers dropped first); answers how many there were."""
+        # ConfigMaps: only ours (the control plane's own, e.g. in kube-system, stay).
+        query = [("labelSelector", "app.kubernetes.io/part-of=vmevents")] if rt.kind in OURS_ONLY else None
+        found = self._request("GET", self._rt_path(rt, None), query=query)["items"]
+        for obj in found:
+            meta = obj["metadata"]
+            path = self._rt_path(rt, meta.get("namespace"), meta["name"])
+            if meta.get("finalizers"):
+                self._request("PATCH", path, {"metadata": {"finalizers": None}},
+                              content_type=_PATCH_TYPES["merge"], allow=(404, 409))
+            self._request("DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
+                          allow=(404, 409))
+        return len(found)
 
     def _served(self, rt) -> bool:
         base = "/api/v1" if rt.group == "" else f"/apis/{rt.group}/{rt.version}"
@@ -198,7 +277,8 @@ class RealCluster:
                                        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
                                         "spec": {"expirationSeconds": 86400}})
                 path = self.plane.write_kubeconfig(service_account, {"token": answer["status"]["token"]},
-                                                   namespace=namespace)
+                                                   namespace=namespace,
+                                                   server=self.proxy.url if self.proxy else None)
                 self._kubeconfigs[service_account] = str(path)
             return self._kubeconfigs[service_account]
 
@@ -252,6 +332,10 @@ class RealCluster:
                    subresource="status" if target == "status" else None)
 
     # -- direct access (as the admin) --------------------------------------------------------------------
+
+    def raw(self, method: str, path: str, body: Any = None, allow: tuple[int, ...] = ()) -> Any:
+        """One request as the admin to a path the typed methods do not cover (e.g. a Lease)."""
+        return self._request(method, path, body, allow=allow)
 
     def _request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
                  query: list | None = None, allow: tuple[int, ...] = ()) -> Any:

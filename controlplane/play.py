@@ -1,9 +1,10 @@
 """`make run BACKEND=real`: the `make run` stories on a real control plane instead of the simulator.
 
 One control plane (kube-apiserver, etcd, kube-controller-manager, built by controlplane/) serves every
-story; each story's cluster starts from a reset one (controlplane.cluster.RealCluster.reset), the simulated
-KubeVirt drives VMs and VMIs as an ordinary client of the real server, and Knative's own ApiServerSource
-adapter sends the events.
+story; each story's cluster starts from a reset one (controlplane.cluster.RealCluster.reset), KubeVirt's own
+virt-controller of the story's version decides what happens to VMs and VMIs, the node stand-in
+(simcluster.kubevirt.KubeVirtSim, node_only) plays scheduler, kubelet and virt-handler, and Knative's own
+ApiServerSource adapter sends the events.
 """
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from simcluster import play
 
 
 class RealBackend:
-    describe = "a real control plane (kube-apiserver and etcd on loopback; KubeVirt simulated)"
+    describe = ("a real control plane (kube-apiserver and etcd on loopback, KubeVirt's virt-controller; "
+                "the node simulated)")
 
     def __init__(self) -> None:
         from controlplane.server import ControlPlane

@@ -57,6 +57,7 @@ class ControlPlane:
     # Tests: the processes get SIGKILL when the process that started them dies (a killed CI run leaves none).
     die_with_parent: bool = False
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    argv: dict[str, list[str]] = field(default_factory=dict)  # how each process was started, to start it again
 
     def start(self, timeout: float = 120.0, say=lambda text: None) -> ControlPlane:
         binaries = {**{b: build.ensure(build.KUBE, say) / b for b in build.KUBE.binaries},
@@ -84,7 +85,8 @@ class ControlPlane:
     # -- the three processes -------------------------------------------------------------------------
 
     def _spawn(self, name: str, argv: list[str], env: dict | None = None) -> subprocess.Popen:
-        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - lives as long as the process
+        self.argv[name] = argv
+        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - lives as long as the process
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    env=env or _clean_env(), start_new_session=True,
                                    preexec_fn=_die_with_parent if self.die_with_parent else None)
@@ -150,11 +152,40 @@ class ControlPlane:
         raise ControlPlaneError(f"kube-apiserver was not ready within the time allowed ({last}); "
                                 f"see {self.workdir / 'kube-apiserver.log'}:\n{self.log_tail('kube-apiserver')}")
 
+    # -- faults: a component stopped, killed and started again (tests/faults/) ------------------------
+
+    def stop_process(self, name: str, sig: int = signal.SIGTERM, timeout: float = 90.0) -> float:
+        """Stop one component (SIGTERM: a clean shutdown, as an upgrade does; SIGKILL: a crash), SIGKILL it if it
+        has not exited within `timeout`; the seconds it took to exit."""
+        process, started = self.processes[name], time.monotonic()
+        for signal_number, wait in ((sig, timeout), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(process.pid, signal_number)
+            except ProcessLookupError:
+                pass
+            try:
+                process.wait(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        return time.monotonic() - started
+
+    def start_process(self, name: str, timeout: float = 60.0) -> None:
+        """Start a stopped component again with the same flags (same ports, etcd's same data directory), and wait
+        until kube-apiserver answers /readyz."""
+        if self.processes[name].poll() is None:
+            raise ControlPlaneError(f"{name} is still running")
+        self._spawn(name, self.argv[name])
+        self._wait_ready(time.monotonic() + timeout)
+
     def log_tail(self, name: str, size: int = 3000) -> str:
         path = self.workdir / f"{name}.log"
         return path.read_text(errors="replace")[-size:] if path.exists() else ""
 
     def stop(self) -> None:
+        from controlplane import kubevirt
+
+        kubevirt.stop_on(self)  # KubeVirt's virt-controller, when a RealCluster started one here
         for name in ("kube-controller-manager", "kube-apiserver", "etcd"):
             process = self.processes.pop(name, None)
             if process is None or process.poll() is not None:
@@ -185,9 +216,11 @@ class ControlPlane:
         return self.write_kubeconfig("admin", {"client-certificate": str(self.pki.admin_cert),
                                                "client-key": str(self.pki.admin_key)})
 
-    def write_kubeconfig(self, user: str, credentials: dict, namespace: str = "default") -> Path:
+    def write_kubeconfig(self, user: str, credentials: dict, namespace: str = "default",
+                         server: str | None = None) -> Path:
+        """`server`: where the kubeconfig points instead of kube-apiserver (e.g. controlplane/faultproxy.py)."""
         config = {"apiVersion": "v1", "kind": "Config", "current-context": "vmevents",
-                  "clusters": [{"name": "vmevents", "cluster": {"server": self.url,
+                  "clusters": [{"name": "vmevents", "cluster": {"server": server or self.url,
                                                                "certificate-authority": str(self.pki.ca_cert)}}],
                   "users": [{"name": user, "user": credentials}],
                   "contexts": [{"name": "vmevents", "context": {"cluster": "vmevents", "user": user,

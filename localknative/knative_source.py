@@ -83,6 +83,7 @@ class KnativeApiServerSource:
         }
 
     def start(self, timeout: float = 30.0) -> KnativeApiServerSource:
+        self._ready.clear()  # started again (after kill): ready once this process's informers start
         self._process = subprocess.Popen([self.binary], env=self.environment(), stdout=subprocess.PIPE,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
                                          start_new_session=True)
@@ -113,6 +114,12 @@ class KnativeApiServerSource:
             if '"level":"error"' in line or '"level":"fatal"' in line:
                 self.errors.append(line.strip())
         self._ready.set()
+
+    def kill(self) -> None:
+        """SIGKILL, as when its pod is killed: `start()` then starts it again (it lists and watches anew)."""
+        if self._process is not None and self._process.poll() is None:
+            os.killpg(self._process.pid, signal.SIGKILL)
+        self.stop()
 
     def stop(self) -> None:
         process, self._process = self._process, None

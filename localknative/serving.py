@@ -115,7 +115,7 @@ class FunctionServer:
         if not source.exists():
             raise ServingError(f"Knative Service {self.name}: FUNCTION_SOURCE {self.env['FUNCTION_SOURCE']} "
                                f"does not exist in {self.repo}.")
-        self.port = free_port()
+        self.port = self.port or free_port()  # started again (after kill): the same address, as a Service keeps
         env = {k: os.environ[k] for k in _HOST_ENV if k in os.environ}
         env.update(self.env)
         env.update({
@@ -187,15 +187,23 @@ class FunctionServer:
                     return None
                 self._lock.wait(remaining)
 
+    def kill(self) -> None:
+        """SIGKILL, as an OOM kill does: nothing finishes. `start()` then starts it again on the same port."""
+        self._stop(signal.SIGKILL)
+
     def stop(self) -> None:
+        self._stop(signal.SIGINT)
+
+    def _stop(self, first: int) -> None:
         proc, self._proc = self._proc, None
         if proc is None:
             return
         # The process group we created (gunicorn and its worker). SIGINT is gunicorn's quick shutdown;
         # SIGTERM would wait out keep-alive connections (2 s) for nothing.
-        stop_group(proc, signal.SIGINT)
+        stop_group(proc, first)
         for reader in self._readers:
             reader.join(timeout=2)
+        self._readers.clear()
         for stream in (proc.stdout, proc.stderr):
             if stream:
                 stream.close()

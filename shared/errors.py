@@ -12,6 +12,9 @@ import json
 import time
 from collections.abc import Iterable
 from email.utils import parsedate_to_datetime
+from urllib.parse import unquote
+
+from shared.redact import scrub_urls
 
 
 class VmeventsError(Exception):
@@ -73,8 +76,32 @@ def http_answer(error: Exception) -> tuple[int, dict[str, str], bytes]:
     """(status, headers, body) for an error; anything unexpected is a 500 (the broker retries it)."""
     status = error.status if isinstance(error, VmeventsError) else 500
     message = error.message if isinstance(error, VmeventsError) else f"internal error: {error!r}"
+    message = scrub_urls(message)  # a URL is shown by its origin only, whoever wrote the message
     headers = {"Content-Type": "application/json"}
     retry_after = getattr(error, "retry_after", None)
     if retry_after is not None:
         headers["Retry-After"] = str(max(1, round(retry_after)))
     return status, headers, json.dumps({"error": message}).encode()
+
+
+def refused_request(method: str, path: str, query: dict | None, said: str) -> str:
+    """The error of a request RBAC refused (403): what it asked, in RBAC's words (`<verb> <resource>[/<sub>] in
+    API group "<group>" in namespace "<ns>"`), from our own request rather than the server's message (which a
+    proxy or another version may word otherwise), so the operator knows which grant is missing. The verbs
+    follow k8s.io/apiserver endpoints/request/requestinfo.go: GET of a collection is list (watch with
+    watch=1), DELETE of one is delete and of a collection deletecollection."""
+    parts = [unquote(p) for p in path.strip("/").split("/")]
+    group, rest = ("", parts[2:]) if parts[:1] == ["api"] else (parts[1] if len(parts) > 1 else "", parts[3:])
+    namespace = ""
+    if len(rest) >= 3 and rest[0] == "namespaces":  # a namespaced resource (a namespace itself has 2 parts)
+        namespace, rest = rest[1], rest[2:]
+    resource, name, sub = (rest + ["", "", ""])[:3]
+    collection = not name
+    verb = {"GET": "watch" if (query or {}).get("watch") else ("list" if collection else "get"),
+            "POST": "create", "PUT": "update", "PATCH": "patch",
+            "DELETE": "deletecollection" if collection else "delete"}.get(method, method.lower())
+    group_words = f'API group "{group}"' if group else "the core API group"
+    where = f'in namespace "{namespace}"' if namespace else "at the cluster scope"
+    asked = f"{verb} {resource}{f'/{sub}' if sub else ''} in {group_words} {where}"
+    return (f"RBAC refused {asked} ({method} {path}): grant it to the function's ServiceAccount (deploy/); "
+            f"the server said: {said}")

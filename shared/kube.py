@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as TransportError
 
-from shared.errors import PermanentError, TemporaryError, parse_retry_after
+from shared.errors import PermanentError, TemporaryError, parse_retry_after, refused_request
+from shared.kubeclient import ApiException
+from shared.kubeclient import client as k8s
 
 # (connect, read) seconds: a hung API server must turn into a 5xx before the broker's delivery
 # timeout, so the broker redelivers instead of giving up on a slow attempt.
@@ -87,7 +87,7 @@ class Conflict(TemporaryError, KubeError):
 
 
 class Forbidden(TemporaryError, KubeError):
-    """403: the shipped RBAC does not allow it. Retried, then dead-lettered: visible, not silent."""
+    """403: the shipped RBAC does not allow it (the message names the grant missing). Retried, then dead-lettered."""
 
     status = 500
 
@@ -206,6 +206,8 @@ class Kube:
         if response.status >= 300:
             message = _status_message(data, f"HTTP {response.status}")
             retry_after = parse_retry_after(response.getheader("Retry-After"))
+            if response.status == 403:
+                raise Forbidden(refused_request(method, path, query, message))
             raise _error_for(response.status, f"{what}: {message}", retry_after)
         return data
 

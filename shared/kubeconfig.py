@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import os
 
-from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 from urllib3 import Retry
 
 from shared.kube import Kube
+from shared.kubeclient import client as k8s
+from shared.kubeclient import incluster_loader, kubeconfig_loader
+from shared.redact import scrub_urls
 
 
 def _configuration() -> k8s.Configuration:
@@ -28,7 +29,7 @@ def connect() -> Kube:
     configuration = _configuration()
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         try:
-            k8s_config.load_incluster_config(client_configuration=configuration)
+            incluster_loader().load_incluster_config(client_configuration=configuration)
         except Exception as exc:  # noqa: BLE001 - whatever it is, it must be one line, not a traceback
             raise RuntimeError(f"in-cluster Kubernetes configuration cannot be used: {_one_line(exc)}") from None
         return Kube(k8s.ApiClient(configuration))
@@ -36,6 +37,7 @@ def connect() -> Kube:
     if path and not os.path.isfile(path.split(os.pathsep)[0]):
         raise RuntimeError(f"no Kubernetes configuration: not in a cluster and KUBECONFIG={path} cannot be used "
                            f"(no such file); set KUBECONFIG to a kubeconfig file.")
+    k8s_config = kubeconfig_loader()
     try:
         # Pass KUBECONFIG explicitly: the client reads it at import time otherwise.
         return Kube(k8s_config.new_client_from_config(config_file=path, client_configuration=configuration))
@@ -47,5 +49,5 @@ def connect() -> Kube:
 
 def _one_line(error: Exception) -> str:
     """An exception as one short line: the client's messages can span lines (YAML marks) or quote a whole file."""
-    text = " ".join(str(error).split()) or type(error).__name__
+    text = scrub_urls(" ".join(str(error).split())) or type(error).__name__
     return text if len(text) <= 200 else text[:197] + "..."

@@ -3,7 +3,9 @@
 The same Event again raises `count` on the existing object instead of creating another one, as
 client-go's EventCorrelator does: the name is derived from what makes two Events "the same"
 (involved object, type, reason, message). Recording is best-effort: a failure is logged and never
-fails the handling (kopf `events.py`).
+fails the handling (kopf `events.py`), except RBAC's refusal (`Forbidden`): a missing grant is the
+configuration's failure, which no retry mends, and it must reach the dead letter (a 500) rather than leave
+every finding unrecorded in silence.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import time
 from datetime import datetime
 
 from shared.errors import VmeventsError
-from shared.kube import EVENT, Conflict, Kube
+from shared.kube import EVENT, Conflict, Forbidden, Kube
 
 log = logging.getLogger("vmevents.recorder")
 COUNT_ATTEMPTS = 8
@@ -37,11 +39,13 @@ class Recorder:
 
     def record(self, involved: dict, event_type: str, reason: str, message: str, now: datetime, *,
                annotations: dict[str, str] | None = None) -> None:
-        """Record (or count again) an Event on `involved`. Never raises. `annotations` go on a new
+        """Record (or count again) an Event on `involved`. Never raises, but Forbidden. `annotations` go on a new
         Event's metadata (machine-readable facts a function reads back later); they are not part of
         what makes two Events the same."""
         try:
             self._record(involved, event_type, reason, message, now, annotations)
+        except Forbidden:
+            raise
         except VmeventsError as exc:
             log.warning("could not record Event %s on %s/%s: %s", reason,
                         involved["metadata"].get("namespace"), involved["metadata"]["name"], exc.message)
@@ -57,8 +61,12 @@ class Recorder:
         except Conflict:  # AlreadyExists
             try:
                 return self.kube.get(EVENT, namespace, name)
+            except Forbidden:
+                raise
             except VmeventsError as exc:
                 log.warning("could not read back Event %s/%s: %s", namespace, name, exc.message)
+        except Forbidden:
+            raise
         except VmeventsError as exc:
             log.warning("could not record Event %s on %s/%s: %s", reason, namespace, involved["metadata"]["name"],
                         exc.message)

@@ -9,7 +9,10 @@ The contract (vmi-cleanup, io-pause-report and migration-report use it; device-c
   budget (the longest visit so far is the estimate). Visits already started are finished, never cut off.
   `Scan.stopped` and `Scan.progress()` say how far it got; the next tick starts over and does the rest.
 - A visit that raises is a failure of that object only: recorded with its subject in `Scan.failures`
-  (the re-scan still answers; the next tick visits it again), never a reason to skip the others.
+  (the re-scan still answers; the next tick visits it again), never a reason to skip the others. Except
+  RBAC's refusal (`Forbidden`): that is the configuration's failure, not the object's, and no tick can get
+  past it, so once every visit is done `run` raises it and the tick answers 500: after the broker's retries
+  it reaches the dead letter, where an operator sees which grant is missing.
 - Nothing is skipped forever: when the budget runs out, the next tick starts `rotation` places further
   along the same order (the caller passes the tick's number: minutes since the epoch), so a candidate that
   stays a candidate is visited within as many ticks as there are candidates, and in practice within
@@ -27,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Generic, TypeVar
 
+from shared.kube import Forbidden
 from shared.settings import Env, SettingsError, format_duration
 
 C = TypeVar("C")
@@ -120,6 +124,7 @@ def run(candidates: Sequence[C], visit: Callable[[C], T | None], settings: Setti
     deadline = began + settings.budget.total_seconds()
     longest = [0.0]
     lock = threading.Lock()
+    denied: list[Forbidden] = []
 
     def one(candidate: C) -> None:
         started = timer()
@@ -128,6 +133,8 @@ def run(candidates: Sequence[C], visit: Callable[[C], T | None], settings: Setti
         except Exception as exc:  # noqa: BLE001 - one object's failure, whatever it is, is that object's only
             with lock:
                 scan.failures.append(Failure(name(candidate), _message(exc)))
+                if isinstance(exc, Forbidden):
+                    denied.append(exc)
         else:
             if result is not None:
                 with lock:
@@ -149,6 +156,9 @@ def run(candidates: Sequence[C], visit: Callable[[C], T | None], settings: Setti
             pending.add(pool.submit(one, candidate))
         wait(pending)
     scan.seconds = timer() - began
+    if denied:
+        raise Forbidden(f"{denied[0].message} ({len(denied)} of {scan.visited} visit(s) refused; "
+                        f"{scan.progress()})")
     return scan
 
 

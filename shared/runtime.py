@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import flask
 import orjson
 
-from shared import intake
+from shared import intake, wsgi
 from shared.errors import BadEvent, VmeventsError, http_answer
+from shared.redact import scrub_urls
 from shared.replies import Reply
 from shared.settings import SettingsError
 
@@ -128,18 +129,19 @@ class FunctionApp:
                                       KubeContext(name, settings, clock, kube, _recorder(kube, name)))
 
     def __call__(self, request: flask.Request) -> flask.Response:
-        if request.method != "POST":  # a probe or a person: say who we are, change nothing
+        environ = request.environ
+        if environ.get("REQUEST_METHOD") != "POST":  # a probe or a person: say who we are, change nothing
             return flask.Response(status=200 if request.method in ("GET", "HEAD") else 405)
         started = time.perf_counter()
-        headers, event = {}, None
+        event = None
         try:
             # get_data() caches: functions-framework reads the body again after every request.
-            headers, body = intake.wsgi_headers(request.environ), request.get_data()
-            if self.prefilter and not self.prefilter(headers, body, self.context.settings):
-                intake.check_binary(headers)  # a valid envelope; the data is not even decoded
+            body = request.get_data()
+            if self.prefilter and not self.prefilter(wsgi.EnvironCe(environ), body, self.context.settings):
+                wsgi.check_binary_environ(environ)  # a valid envelope; the data is not even decoded
                 outcome = IRRELEVANT
             else:
-                event = intake.parse(headers, body)
+                event = intake.parse(intake.wsgi_headers(environ), body)
                 outcome = self.on_event(event, self.context)
             response = self._respond(outcome)
         except Exception as exc:  # noqa: BLE001 - every failure must become an HTTP answer
@@ -155,8 +157,8 @@ class FunctionApp:
         if event is not None:
             self._log(event.id, event.type, outcome.subject or event.subject, outcome, response.status_code, started)
         else:
-            self._log(headers.get("ce-id"), headers.get("ce-type"), headers.get("ce-subject"), outcome,
-                      response.status_code, started)
+            self._log(environ.get("HTTP_CE_ID"), environ.get("HTTP_CE_TYPE"), environ.get("HTTP_CE_SUBJECT"),
+                      outcome, response.status_code, started)
         return response
 
     def _respond(self, outcome: Outcome) -> flask.Response:
@@ -167,12 +169,30 @@ class FunctionApp:
 
     def _log(self, event_id: str | None, event_type: str | None, subject: str | None, outcome: Outcome,
              status: int, started: float) -> None:
-        write_line({
+        """The one line per event: write_line's, made without write_line's pass over every value when the
+        line as encoded is already what write_line would write (this runs for every event): the texts from
+        outside (the event's id, type and subject) are str or None (intake sees to it); when the outcome's
+        are too and the whole line is at most MAX_LOGGED_TEXT bytes, no value needs clipping."""
+        reply = outcome.reply
+        verdict, effect, reason = outcome.verdict, outcome.effect, outcome.reason
+        if reason.__class__ is str and "://" in reason:  # a URL is shown by its origin only (shared/redact.py)
+            reason = scrub_urls(reason)
+        record = {
             "function": self.name, "event_id": event_id, "event_type": event_type, "subject": subject,
-            "verdict": outcome.verdict, "effect": outcome.effect, "reason": outcome.reason, "outcome": status,
-            "reply": outcome.reply.type if outcome.reply else None,
+            "verdict": verdict, "effect": effect, "reason": reason, "outcome": status,
+            "reply": reply.type if reply else None,
             "duration_ms": round((time.perf_counter() - started) * 1000, 3),
-        })
+        }
+        if verdict.__class__ is str and effect.__class__ is str and reason.__class__ is str \
+                and (subject is None or subject.__class__ is str):
+            try:
+                line = orjson.dumps(record)
+            except (TypeError, ValueError):  # a text orjson refuses (a lone surrogate): write_line says so
+                line = b""
+            if 0 < len(line) <= MAX_LOGGED_TEXT:
+                _emit(line + b"\n")
+                return
+        write_line(record)
 
 
 IRRELEVANT = Outcome("irrelevant")

@@ -332,6 +332,7 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         query = parse_qs(url.query)
         body = self._read_body()
+        self._cut: Fault | None = None
         self._record = dict(service_account=None, verb=method.lower(), api_group="", resource="", subresource="",
                             namespace="", name="", status=0, allowed=False)
         try:
@@ -370,6 +371,8 @@ class _Handler(BaseHTTPRequestHandler):
                 time.sleep(fault.delay)
             elif fault.kind == "drop":
                 raise _DroppedConnection()
+            elif fault.kind == "cut":
+                self._cut = fault
             else:
                 headers = {"Retry-After": str(int(fault.retry_after))} if fault.retry_after is not None else {}
                 body = fault.status_body()
@@ -513,12 +516,18 @@ class _Handler(BaseHTTPRequestHandler):
                 initial = [("ADDED", o) for o in store.list(rt, namespace).items if match(o)]
                 cursor = store.resource_version
         self._start_stream()
+        if self._cut is not None:  # an injected cut ends the stream after its delay, without the end chunk
+            self._cut_at = time.monotonic() + self._cut.delay
+            deadline = self._cut_at if deadline is None else min(deadline, self._cut_at)
         if expired:
             self._write_event("ERROR", _expired(cursor, floor))
         else:
             for event_type, obj in initial:
                 self._write_event(event_type, obj)
             self._follow(store, rt, namespace, match, cursor, deadline)
+        if self._cut is not None:
+            self._drop()
+            return 200
         self._end_stream()
         return 200
 
@@ -569,6 +578,11 @@ class _Handler(BaseHTTPRequestHandler):
         for key, value in (headers or {}).items():
             self.send_header(key, value)
         self.end_headers()
+        if self._cut is not None:  # an injected cut: half the body, then the connection closes
+            self.wfile.write(data[:len(data) // 2])
+            self.wfile.flush()
+            self._drop()
+            return code
         self.wfile.write(data)
         return code
 

@@ -1,16 +1,26 @@
-"""Faults injected into HTTP requests on demand: error statuses, latency and dropped connections.
+"""Faults injected into HTTP requests on demand: error statuses, latency, dropped and cut connections.
 
 A real API server throttles (429 with Retry-After, API Priority and Fairness), restarts (503, reset
-connections) and slows down; the functions must turn each into a retry, not a lost event. Tests switch
-these on per method, path and caller. Direct `SimCluster` access never sees them.
+connections, watches ended mid-stream) and slows down; the functions must turn each into a retry, not a
+lost event. Tests switch these on per method, path and caller. Direct `SimCluster` access never sees them.
+The same `Faults` drives the simulated API server (simcluster/apiserver.py) and the proxy in front of a
+real kube-apiserver (controlplane/faultproxy.py), so a fault-injection test runs on both backends.
+
+Kinds: `status` answers `status` (with Retry-After when `retry_after` is set) instead of the server;
+`latency` waits `delay` seconds, then the request goes on; `drop` closes the connection without an answer
+(the request never reaches the server); `cut` lets the answer start, then closes the connection: a plain
+answer after half its body, a watch after `delay` seconds of streaming, without the stream's end. `call`,
+on any kind, is called (with no arguments) when the fault is taken, before its effect: a test kills a
+process on a request seen, for instance.
 """
 from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-KINDS = ("status", "latency", "drop")
+KINDS = ("status", "latency", "drop", "cut")
 
 # Reason and message of each code as the apiserver's own filters write them (APF's 429 "Too many requests,
 # please try again later."; errors.NewServiceUnavailable; errors.NewInternalError; errors.NewTimeoutError).
@@ -36,6 +46,7 @@ class Fault:
     retry_after: float | None = None
     delay: float = 0.0
     times: int | None = 1               # None: until cleared
+    call: Callable[[], object] | None = None
     hits: int = 0
     _pattern: re.Pattern | None = field(default=None, repr=False)
 
@@ -68,8 +79,8 @@ class Faults:
         self._lock = threading.Lock()
 
     def add(self, method=None, path=None, service_account=None, kind="status", status=503, retry_after=None,
-            delay=0.0, times=1) -> Fault:
-        fault = Fault(method, path, service_account, kind, status, retry_after, delay, times)
+            delay=0.0, times=1, call=None) -> Fault:
+        fault = Fault(method, path, service_account, kind, status, retry_after, delay, times, call)
         with self._lock:
             self._faults.append(fault)
         return fault
@@ -84,4 +95,7 @@ class Faults:
             hit = [f for f in self._faults if f.matches(method, path, identity)]
             for fault in hit:
                 fault.hits += 1
+        for fault in hit:
+            if fault.call is not None:
+                fault.call()
         return sorted(hit, key=lambda f: f.kind != "latency")

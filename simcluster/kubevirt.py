@@ -44,7 +44,15 @@ LAUNCHER_LABELS = {"kubevirt.io": "virt-launcher"}
 CREATED_BY_LABEL = "kubevirt.io/created-by"
 VM_NAME_LABEL = "vm.kubevirt.io/name"
 NODE_NAME_LABEL = "kubevirt.io/nodeName"
+MIGRATION_JOB_LABEL = "kubevirt.io/migrationJobUID"  # on a migration's target launcher pod
 DEFAULT_NODES: Mapping[str, Mapping[str, int]] = {"harvester-node-0": {}}
+# virt-handler's permanent device plugins advertise 1000 of each (cmd/virt-handler/virt-handler.go maxDevices,
+# pkg/virt-handler/device-manager/device_controller.go PermanentHostDevicePlugins); launcher pods request them.
+# node_only: how long nothing may change before wait_idle calls KubeVirt idle (its workqueues act within ms).
+QUIET_PERIOD = 0.3
+NODE_RESYNC_PERIOD = 3.0
+PERMANENT_DEVICES = {"devices.kubevirt.io/kvm": 1000, "devices.kubevirt.io/tun": 1000,
+                     "devices.kubevirt.io/vhost-net": 1000}
 
 # RerunOnFailure stopped restarting a guest that shut itself down in v1.2.0 (PR #10639, FACTS §2
 # cites commit 0bb53947); v1.3.0 replaced its bookkeeping with status.runStrategy (PR #11963).
@@ -846,6 +854,12 @@ Key = tuple[str, str]  # (namespace, name) of a VM and of its VMI (same name)
 class KubeVirtSim:
     """virt-controller's VM controller + a minimal virt-handler/scheduler against the sim API server.
 
+    `node_only` (the default where KubeVirt's own virt-controller runs, i.e. `cluster.runs_virt_controller`):
+    it is then only the **node stand-in**, what a Harvester node does and nothing virt-controller decides —
+    kube-scheduler binding launcher pods (pods/binding) by their device requests, kubelet running them and
+    removing them once deleted, and virt-handler moving a Scheduled VMI to Running, shutting a deleted one
+    down, and reporting the guest's power-off, crash and IO-error pauses (`_sync_node`).
+
     One worker thread does every write (controller, handler and guest actions), so the simulated
     components never race each other; watch threads and a periodic resync only enqueue keys.
     No lock is ever held across an API call.
@@ -854,13 +868,18 @@ class KubeVirtSim:
     def __init__(self, cluster: Any, version: str | None = None,
                  nodes: Mapping[str, Mapping[str, int]] | None = None,
                  step_delay: float = 0.05, resync_period: float = 0.5, io_time_scale: float = 1.0,
-                 volumes: bool = False):
+                 volumes: bool = False, node_only: bool | None = None):
         self.cluster = cluster
+        self.node_only = bool(getattr(cluster, "runs_virt_controller", False)) if node_only is None else node_only
         self.version_string = str(version or cluster.kubevirt_version).lstrip("v")
         self.version = parse_version(self.version_string)
         self.nodes = {name: dict(devs) for name, devs in (nodes or DEFAULT_NODES).items()}
+        if self.node_only:  # real launcher pods request virt-handler's permanent device plugins' devices too
+            self.nodes = {name: {**PERMANENT_DEVICES, **devs} for name, devs in self.nodes.items()}
         self.step_delay = step_delay
-        self.resync_period = resync_period
+        # node_only: the watches carry virt-controller's changes; the resync only repairs a missed watch event,
+        # and a pass over every VMI must fit in it on a loaded machine.
+        self.resync_period = max(resync_period, NODE_RESYNC_PERIOD) if self.node_only else resync_period
         # IO-error pauses and resumes run on KubeVirt's backoff times this factor (tests: 0.01).
         self.io_time_scale = io_time_scale
         # Read the VM's PVCs as KubeVirt and the scheduler do (off by default: most suites' VMs name PVCs that
@@ -889,6 +908,8 @@ class KubeVirtSim:
         if self._threads:
             return self
         self._stop.clear()
+        if self.node_only:
+            self._register_nodes()
         self._spawn("kubevirt-sim-worker", self._work)
         self._spawn("kubevirt-sim-resync", self._resync_loop)
         for kind in ("vm", "vmi", "pod"):
@@ -930,6 +951,7 @@ class KubeVirtSim:
         if not self._threads:
             raise RuntimeError("KubeVirtSim is not running; call start() before wait_idle().")
         deadline = time.monotonic() + timeout
+        seen = None
         while True:
             with self._cond:
                 before = self._changes
@@ -941,11 +963,24 @@ class KubeVirtSim:
                     self._changes += 1
             self._wait_drained(deadline)
             with self._cond:
-                if self._changes == before:
+                quiet = self._changes == before
+            if quiet and not self.node_only:
+                return
+            if quiet:
+                # virt-controller acts on its own: idle once nothing it or we own changed for a quiet period.
+                now_seen = self._fingerprint()
+                if now_seen == seen:
                     return
+                seen = now_seen
+                time.sleep(QUIET_PERIOD)
             if time.monotonic() > deadline:
                 raise TimeoutError(f"KubeVirtSim still reconciling after {timeout}s")
             time.sleep(0.005)
+
+    def _fingerprint(self) -> frozenset:
+        """Every VM, VMI and launcher pod by uid and resourceVersion: equal twice means nothing moved."""
+        objects = self._lister.list(VMS) + self._lister.list(VMIS) + self._lister.pods()
+        return frozenset((_meta(o).get("uid"), _meta(o).get("resourceVersion")) for o in objects)
 
     # -- guest actions (what virt-handler reports when the guest does something)
     def guest_power_off(self, namespace: str, vmi_name: str) -> None:
@@ -1093,16 +1128,20 @@ class KubeVirtSim:
         ns, name = key
         with self._cond:
             before = self._changes
-        vm = self._kube.get(VMS, ns, name)
+        vm = None if self.node_only else self._kube.get(VMS, ns, name)
         vmi = self._kube.get(VMIS, ns, name)
         fault = self._io.get(key)
         if fault is not None and (vmi is None or is_deleting(vmi) or _meta(vmi).get("uid") != fault.vmi_uid):
             self._io.pop(key, None)  # the guest is gone (stopped, restarted): so is its fault
-        if vm is not None and self._sync_vm(vm, vmi):
+        if self.node_only:
+            step = self._sync_node(key, vmi)
+        elif vm is not None and self._sync_vm(vm, vmi):
             vmi = self._kube.get(VMIS, ns, name)  # created or deleted: virt-handler sees the new state
-        step = self._sync_vmi(key, vmi)
+            step = self._sync_vmi(key, vmi)
+        else:
+            step = self._sync_vmi(key, vmi)
         for _ in range(4):  # with no step delay, walk the next phases now rather than a pass each
-            if step != 0.0 or self.step_delay > 0:
+            if step != 0.0 or self.step_delay > 0 or self.node_only:
                 break
             step = self._sync_vmi(key, self._kube.get(VMIS, ns, name))
         with self._cond:
@@ -1179,6 +1218,130 @@ class KubeVirtSim:
         meta = _meta(obj)
         remaining = [f for f in meta.get("finalizers") or [] if f != finalizer]
         return self._kube.patch(plural, meta["namespace"], meta["name"], _finalizer_patch(obj, remaining))
+
+    # -- the node stand-in (node_only: KubeVirt's virt-controller does the rest)
+    def _register_nodes(self) -> None:
+        """The Node objects, as each node's kubelet registers it (virt-controller's migration controller
+        looks the VMI's node up): allocatable devices, and virt-handler's schedulable label."""
+        for name, devices in self.nodes.items():
+            body = {"apiVersion": "v1", "kind": "Node",
+                    "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
+                                                          "kubevirt.io/schedulable": "true"}},
+                    "status": {"capacity": {"cpu": "64", "memory": "256Gi", "pods": "250",
+                                            **{k: str(v) for k, v in devices.items()}},
+                               "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "250",
+                                               **{k: str(v) for k, v in devices.items()}}}}
+            try:
+                self._kube.core.create_node(body)
+            except Exception as exc:  # noqa: BLE001
+                if _http_status(exc) != 409:  # registered by an earlier world: its devices may differ
+                    raise
+                self._kube.core.patch_node_status(name, {"status": body["status"]})
+
+    def _sync_node(self, key: Key, vmi: dict | None) -> float | None:
+        """One step of scheduler, kubelet and virt-handler for the VMI of `key` and its launcher pods."""
+        ns, name = key
+        phase = vmi_phase(vmi) if vmi is not None else ""
+        if vmi is not None and is_deleting(vmi) and phase in ("Scheduled", "Running"):
+            # virt-handler shuts the guest of a deleted VMI down gracefully (the VMI controller deletes the pod).
+            now = self.clock()
+            self._patch_vmi_status(vmi, with_phase(vmi, "Succeeded", now))
+            return 0.0
+        uid = _meta(vmi).get("uid") if vmi is not None else None
+        for pod in self._kube.pods(ns):
+            if _owner_name(pod, "VirtualMachineInstance") != name:
+                continue
+            pod_meta, pod_phase = _meta(pod), _status(pod).get("phase")
+            if is_deleting(pod):
+                # kubelet: the containers are stopped and the pod object removed.
+                self._kube.delete_pod(ns, pod_meta["name"], pod_meta.get("uid"))
+            elif pod_phase in FINAL_POD_PHASES:
+                continue
+            elif vmi is None or pod_meta.get("labels", {}).get(CREATED_BY_LABEL) != uid:
+                continue  # the garbage collector deletes the pods of a VMI that is gone
+            elif phase in FINAL_PHASES:
+                self._finish_pod(pod, "Succeeded" if phase == "Succeeded" else "Failed")  # launcher exits
+            elif not (pod.get("spec") or {}).get("nodeName"):
+                self._schedule_pod(pod)
+            elif pod_phase == "Pending":
+                self._run_pod(pod)
+        if vmi is not None and phase == "Running" and not is_deleting(vmi):
+            wait = self._step_wait(key)
+            if wait > 0 and _migrating(vmi):
+                return wait
+            if self._migration_step(vmi):
+                self._last_step[key] = time.monotonic()
+                return self.step_delay
+        if vmi is not None and phase == "Scheduled" and not is_deleting(vmi):
+            wait = self._step_wait(key)
+            if wait > 0:
+                return wait
+            # virt-handler: the domain started (the VMI controller derives Ready from the pod's). It reports the
+            # launcher's SELinux context, "none" on a node without SELinux; the migration controller needs it
+            # for the target pod (migration.go setTargetPodSELinuxLevel).
+            self._patch_vmi_status(vmi, {**with_phase(vmi, "Running", self.clock()), "selinuxContext": "none"})
+            self._last_step[key] = time.monotonic()
+        return None
+
+    def _migration_step(self, vmi: dict) -> bool:
+        """virt-handler's part of a live migration the migration controller handed to the VMI (its
+        migrationState names the target node): the target prepares (targetNodeAddress), the source starts
+        (startTimestamp), then it completes: the VMI runs on the target node, the source launcher exits."""
+        if not _migrating(vmi):
+            return False
+        meta, state = _meta(vmi), dict(_status(vmi)["migrationState"])
+        now = rfc3339(self.clock())
+        patch: dict = {}
+        if not state.get("targetNodeAddress"):
+            state.update(targetNodeAddress="10.0.0.2", targetNodeDomainDetected=True)
+        elif not state.get("startTimestamp"):
+            state.update(startTimestamp=now)
+        else:
+            state.update(completed=True, endTimestamp=now, targetNodeDomainReadyTimestamp=now)
+            patch = {"metadata": {"labels": {NODE_NAME_LABEL: state["targetNode"]}}}
+            for pod in self._kube.pods(meta["namespace"], f"{CREATED_BY_LABEL}={meta['uid']}"):
+                if (pod.get("spec") or {}).get("nodeName") != state["targetNode"]:
+                    self._finish_pod(pod, "Succeeded")  # the source launcher exits once the guest left
+        status = {"migrationState": state}
+        if state.get("completed"):
+            status["nodeName"] = state["targetNode"]
+        self._kube.patch(VMIS, meta["namespace"], meta["name"], {**patch, "status": status})
+        return True
+
+    def _schedule_pod(self, pod: dict) -> None:
+        """kube-scheduler: bind the pod to the first node with room for its device requests, or mark it
+        Unschedulable with the scheduler's message (the VMI controller copies that condition to the VMI).
+        A migration target pod goes to another node than the VMI's other launcher (its pod anti-affinity on
+        `kubevirt.io/created-by`, pkg/virt-controller/services/template.go)."""
+        meta, now = _meta(pod), self.clock()
+        nodes = self.nodes
+        if MIGRATION_JOB_LABEL in (meta.get("labels") or {}):
+            owner = (meta.get("labels") or {}).get(CREATED_BY_LABEL)
+            taken = {(p.get("spec") or {}).get("nodeName") for p in self._kube.pods(meta["namespace"])
+                     if _meta(p).get("labels", {}).get(CREATED_BY_LABEL) == owner and pod_holds_devices(p)}
+            nodes = {n: d for n, d in self.nodes.items() if n not in taken}
+        node, why = schedule(pod_device_requests(pod), nodes, self._kube.pods())
+        if node is None:
+            current = _condition(pod, "PodScheduled")
+            if current and current.get("status") == "False" and current.get("message") == why:
+                return
+            self._kube.patch_pod(meta["namespace"], meta["name"], {"status": {"conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": why,
+                 "lastProbeTime": None, "lastTransitionTime": rfc3339(now)}]}}, status=True)
+            return
+        self._kube.bind_pod(meta["namespace"], meta["name"], node)
+
+    def _run_pod(self, pod: dict) -> None:
+        """kubelet: every container of a bound launcher pod runs and is ready; the pod is Running."""
+        meta, now = _meta(pod), rfc3339(self.clock())
+        containers = (pod.get("spec") or {}).get("containers") or []
+        self._kube.patch_pod(meta["namespace"], meta["name"], {"status": {
+            "phase": "Running", "startTime": now, "hostIP": "10.0.0.1", "podIP": "10.52.0.10",
+            "conditions": [{"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": now}
+                           for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")],
+            "containerStatuses": [{"name": c["name"], "ready": True, "restartCount": 0, "image": c.get("image", ""),
+                                   "imageID": "", "state": {"running": {"startedAt": now}}} for c in containers],
+        }}, status=True)
 
     # -- virt-handler + VMI controller + scheduler
     def _sync_vmi(self, key: Key, vmi: dict | None) -> float | None:
@@ -1565,6 +1728,13 @@ class KubeVirtSim:
                     self._resync_now.set()  # devices freed
             elif meta.get("name"):
                 self._enqueue((meta.get("namespace", ""), meta["name"]))
+
+
+def _migrating(vmi: Mapping) -> bool:
+    """The migration controller handed a migration to the VMI (target node set) and it has not ended."""
+    state = _status(vmi).get("migrationState") or {}
+    return bool(state.get("targetNode") and state.get("migrationUid")) and not (state.get("completed")
+                                                                                 or state.get("failed"))
 
 
 def _finalizer_patch(obj: Mapping, finalizers: list[str]) -> list[dict]:

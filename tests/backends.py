@@ -59,12 +59,13 @@ def control_plane():
     return _plane
 
 
-def cluster(backend: str, kubevirt_version: str):
-    """A started cluster of the given backend: SimCluster, or RealCluster on the session's control plane."""
+def cluster(backend: str, kubevirt_version: str, virt_controller: bool = True):
+    """A started cluster of the given backend: SimCluster, or RealCluster on the session's control plane
+    (with KubeVirt's virt-controller of that version unless `virt_controller` is False: API-level tests)."""
     if backend == SIM:
         from simcluster.apiserver import SimCluster
 
         return SimCluster(kubevirt_version=kubevirt_version).start()
     from controlplane.cluster import RealCluster
 
-    return RealCluster(control_plane(), kubevirt_version).start()
+    return RealCluster(control_plane(), kubevirt_version, virt_controller=virt_controller).start()

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+REAL_TIMEOUT = 300
 
 
 def write_kubeconfig(path: Path, server: str, token: str = "none") -> Path:
@@ -55,11 +56,17 @@ def isolated_env(monkeypatch):
 
 
 def pytest_collection_modifyitems(config, items):
-    """A test marked `sim_only` (it injects faults into the simulated API server, which a real kube-apiserver
-    cannot do) runs on the simulator backend only: its real-backend rows are deselected, and counted."""
+    """A test marked `sim_only` (it needs what a real kube-apiserver cannot be made to do, and says why; faults
+    are not such a thing: controlplane/faultproxy.py injects them there) runs on the simulator backend only: its
+    real-backend rows are deselected, and counted."""
     keep, dropped = [], []
     for item in items:  # the real backend's parameters carry the `real` mark (tests/backends.py)
         real_row = item.get_closest_marker("real") is not None
+        if real_row and item.get_closest_marker("timeout") is None:
+            # The first test of a real world also starts the control plane, installs KubeVirt's CRDs (megabytes
+            # of schema the server compiles) and starts virt-controller: more than the default 120 s allows on
+            # a loaded 2-core machine.
+            item.add_marker(pytest.mark.timeout(REAL_TIMEOUT))
         (dropped if real_row and item.get_closest_marker("sim_only") else keep).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)

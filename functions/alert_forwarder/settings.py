@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from shared.redact import origin
 from shared.settings import Env, SettingsError
 
 FUNCTION = "alert-forwarder"
@@ -75,16 +76,8 @@ def _is_http_url(text: str) -> bool:
 
 
 def redact(url: str) -> str:
-    """A URL as it may be shown (in an error, a reply, a log line): its scheme and host only, never user info,
-    path or query. A webhook URL's path is often its secret (Slack's are)."""
-    parts = urlsplit(url)
-    if not parts.netloc:  # scheme-less: "hooks.slack.com/services/..." parses as a path
-        return re.split(r"[/?#]", url, maxsplit=1)[0].rpartition("@")[2][:100]
-    try:
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        port = ""
-    return f"{parts.scheme}://{parts.hostname or ''}{port}"
+    """A URL as it may be shown (in an error, a reply, a log line): `scheme://host[:port]` (shared.redact)."""
+    return origin(url)
 
 
 def _urls(env: Env, name: str) -> tuple[str, ...]:

@@ -19,6 +19,7 @@ import requests
 
 from functions.alert_forwarder.settings import redact
 from shared.errors import TemporaryError, VmeventsError, parse_retry_after
+from shared.redact import REDACTED, scrub, url_secrets
 
 # Only the redirects that keep the method and the body (RFC 9110 §15.4.8-9): a 301/302/303 turns a POST
 # into a GET, which would "deliver" the alert to nobody with a 200.
@@ -42,7 +43,10 @@ def post(name: str, url: str, body: Any, headers: Mapping[str, str], verify: boo
     """[] on success, else [the error]: 503 for down or throttling, 502 for a refusal. `credentials` names
     the headers that must not leave `url`'s host."""
     sent = dict(headers)
+    # What an echoing receiver could quote back: our header values, and every part of the URL (a webhook
+    # URL is a credential: shared/redact.py).
     secrets = [part for value in sent.values() for part in (value, value.partition(" ")[2]) if part]
+    secrets += url_secrets(url)
     try:
         response = _session.post(url, json=body, headers=sent, verify=verify, timeout=timeout,
                                  allow_redirects=False)
@@ -50,6 +54,7 @@ def post(name: str, url: str, body: Any, headers: Mapping[str, str], verify: boo
             if response.status_code not in FOLLOWED_REDIRECTS or not response.headers.get("Location"):
                 break
             following = urljoin(response.url or url, response.headers["Location"])
+            secrets += url_secrets(following)  # a redirect names a URL that may be as secret as ours
             if _origin(following) != _origin(url):
                 sent = {key: value for key, value in sent.items()
                         if key.lower() != "authorization" and key not in credentials}
@@ -85,11 +90,8 @@ _TOKENISH = re.compile(r"(?i)\b(?:bearer|basic|token)\s+\S+|[A-Za-z0-9_\-+/=.]{2
 
 def excerpt(text: str, secrets: Collection[str] = ()) -> str:
     """': <at most EXCERPT characters of the body>', with what we sent and anything token-like redacted, or ''."""
-    text = " ".join((text or "")[:4096].split())
-    for secret in secrets:
-        if len(secret) >= 4:
-            text = text.replace(secret, "[redacted]")
-    text = _TOKENISH.sub("[redacted]", text)
+    text = scrub(" ".join((text or "")[:4096].split()), secrets)
+    text = _TOKENISH.sub(REDACTED, text)
     if not text:
         return ""
     return f": {text if len(text) <= EXCERPT else text[:EXCERPT - 1] + '…'}"

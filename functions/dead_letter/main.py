@@ -14,6 +14,7 @@ import logging
 import sys
 
 from shared.intake import Incoming
+from shared.redact import origin, scrub_urls
 from shared.runtime import Context, Outcome, start
 
 FUNCTION = "dead-letter"
@@ -36,14 +37,18 @@ def _error_data(encoded: str | None) -> str | None:
 
 def on_event(event: Incoming, ctx: Context) -> Outcome:
     ext = event.extensions
+    # A URL is shown by its origin only (shared/redact.py): the subscriber's may carry user info, and the
+    # error data is whatever the subscriber answered.
+    destination = origin(ext["knativeerrordest"]) if ext.get("knativeerrordest") else None
+    error = _error_data(ext.get("knativeerrordata"))
     _log.error(json.dumps({
         "level": "error", "function": FUNCTION, "undelivered": True,
         "event_id": event.id, "event_type": event.type, "source": event.source, "subject": event.subject,
-        "destination": ext.get("knativeerrordest"), "status": ext.get("knativeerrorcode"),
-        "error": _error_data(ext.get("knativeerrordata")),
+        "destination": destination, "status": ext.get("knativeerrorcode"),
+        "error": scrub_urls(error) if error else error,
     }, separators=(",", ":")))
     return Outcome("dead-lettered", subject=event.subject,
-                   reason=f"undeliverable to {ext.get('knativeerrordest', 'its subscriber')} "
+                   reason=f"undeliverable to {destination or 'its subscriber'} "
                           f"(status {ext.get('knativeerrorcode', '?')})")
 
 

@@ -34,7 +34,7 @@ from shared import kubevirt as kv
 from shared import rescan as rescans
 from shared.findings import Ledger, Record, record_of, summary
 from shared.intake import Incoming, about, may_concern
-from shared.kube import EVENT, LONGHORN_ENGINE, LONGHORN_VOLUME, NAMESPACE, PV, PVC, VMI, KubeError
+from shared.kube import EVENT, LONGHORN_ENGINE, LONGHORN_VOLUME, NAMESPACE, PV, PVC, VMI, Forbidden, KubeError
 from shared.runtime import KubeContext, Outcome
 
 FUNCTION = "io-pause-report"
@@ -249,6 +249,8 @@ def _follow(ctx: KubeContext[Settings], namespace: str, name: str, spec: dict | 
         if csi.get("driver") != LONGHORN_DRIVER or not csi.get("volumeHandle"):
             return replace(facts, unknown=f"not a Longhorn volume (CSI driver {csi.get('driver') or 'none'})")
         return _longhorn(ctx, replace(facts, longhorn_volume=csi["volumeHandle"]), csi["volumeHandle"])
+    except Forbidden:  # the configuration's failure, not the volume's: it must reach the dead letter (500)
+        raise
     except KubeError as exc:  # unreadable: still report the pause, and say why the storage is unknown
         return replace(facts, unknown=f"could not be read ({exc})")
 

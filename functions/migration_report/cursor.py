@@ -35,7 +35,7 @@ from shared import configmaps
 from shared import kubevirt as kv
 from shared.configmaps import Stored
 from shared.findings import Record
-from shared.kube import VMIM, Conflict, Kube, KubeError
+from shared.kube import VMIM, Conflict, Forbidden, Kube, KubeError
 
 KEY = "resourceVersion"
 REPORTED = "reported"
@@ -73,6 +73,8 @@ def scan(kube: Kube, namespace: str | None, since: str | None, settings: Setting
     if since:
         try:
             changes = kube.changes(VMIM, namespace, since, seconds=WATCH_SECONDS)
+        except Forbidden:  # the configuration's failure: answered 500, to the dead letter
+            raise
         except KubeError as exc:
             why = f"the watch from the cursor failed ({exc}); listed instead"
         else:

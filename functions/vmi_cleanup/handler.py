@@ -19,7 +19,7 @@ from shared import rescan as rescans
 from shared.errors import TemporaryError
 from shared.findings import report, summary
 from shared.intake import Incoming, about, check_name, check_uid, may_concern
-from shared.kube import KUBEVIRT, NAMESPACE, VM, VMI, VMIM, Conflict, JsonPatch
+from shared.kube import KUBEVIRT, NAMESPACE, VM, VMI, VMIM, Conflict, JsonPatch, Unavailable
 from shared.replies import Reply
 from shared.runtime import KubeContext, Outcome
 
@@ -185,8 +185,13 @@ def _act(verdict: Verdict, vmi: dict[str, Any], vm: dict[str, Any] | None, ctx: 
         return _report(verdict, vmi, vm, ctx, f"would-{verdict.action.value}")
     meta = kv.meta(vmi)
     if verdict.action is Action.DELETE_VMI:
-        gone = not ctx.kube.delete(VMI, meta["namespace"], meta["name"], uid=meta["uid"],
-                                   resource_version=meta["resourceVersion"])
+        try:
+            gone = not ctx.kube.delete(VMI, meta["namespace"], meta["name"], uid=meta["uid"],
+                                       resource_version=meta["resourceVersion"])
+        except Unavailable:
+            if not _gone_since(ctx, meta):
+                raise
+            gone = False  # our DELETE was applied and its answer lost (the API restarted): it is ours to report
         if gone:
             return Outcome("gone", subject=subject, reason="the VMI was already deleted")
         return _report(verdict, vmi, vm, ctx, "deleted-vmi")
@@ -194,6 +199,14 @@ def _act(verdict: Verdict, vmi: dict[str, Any], vm: dict[str, Any] | None, ctx: 
     assert vm is not None and verdict.run_strategy is not None, verdict
     ctx.kube.json_patch(VM, meta["namespace"], kv.meta(vm)["name"], halt_patch(vm, verdict.run_strategy))
     return _report(verdict, vmi, vm, ctx, "halted-vm")
+
+
+def _gone_since(ctx: KubeContext[Settings], meta: dict[str, Any]) -> bool:
+    """After a DELETE whose answer was lost: is this very VMI (uid) gone, or going (a deletionTimestamp, KubeVirt's
+    finalizer still on it)? Then the DELETE was applied, and a redelivery would find nothing to do and announce
+    nothing, so this answer must report it."""
+    fresh = ctx.kube.get(VMI, meta["namespace"], meta["name"])
+    return fresh is None or kv.meta(fresh).get("uid") != meta["uid"] or bool(kv.meta(fresh).get("deletionTimestamp"))
 
 
 def halt_patch(vm: dict[str, Any], strategy: str) -> JsonPatch:

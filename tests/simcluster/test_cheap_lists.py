@@ -16,7 +16,7 @@ COLUMNS = ["Name", "Age", "Phase", "IP", "NodeName", "Ready", "Live-Migratable",
 
 @pytest.fixture(scope="module", params=backends.params())
 def cluster(request):
-    c = backends.cluster(request.param, "1.3.1")
+    c = backends.cluster(request.param, "1.3.1", virt_controller=False)  # stored VMIs, read back: no KubeVirt
     for i in range(5):
         vmi = make_vmi(f"vm{i}", NAMESPACE, paused="PausedIOError" if i == 1 else None, vm_uid=None)
         vmi["metadata"] = {k: v for k, v in vmi["metadata"].items()

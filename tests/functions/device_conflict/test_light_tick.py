@@ -1,8 +1,9 @@
 """device-conflict's light ticks (DEVICE_REPAIR_EVERY=1h here): between full repairs a tick GETs only the VMs the
 parameter object's contested entries and the open findings name, never a LIST of every VM and VMI; the repair
 (due when the object's vmevents.io/repaired-at is old) is what finds a conflict every event missed. A VM whose
-edit drops its device frees the entry from its own update event. On the simulator: it counts requests and
-injects faults."""
+edit drops its device frees the entry from its own update event. On both backends: the requests are counted from
+the simulator's record or kube-apiserver's audit log, and the faults injected by the simulator or by the proxy in
+front of kube-apiserver (controlplane/faultproxy.py)."""
 from __future__ import annotations
 
 import itertools
@@ -10,7 +11,7 @@ import itertools
 import pytest
 
 from simcluster.builders.devices import SEED_NODE
-from tests.e2e import eventually
+from tests.e2e import backends_only, eventually
 from tests.functions.device_conflict.test_e2e import (
     RESOURCES,
     World,
@@ -18,15 +19,15 @@ from tests.functions.device_conflict.test_e2e import (
     small_vm,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.sim_only]
+pytestmark = pytest.mark.e2e
 WHERE = ("vmevents", "vmevents-device-assignments")
 _resources = iter(sorted(RESOURCES))
 _names = itertools.count(1)
 
 
-@pytest.fixture(scope="module")
-def world():
-    with World("1.3.1", "sim", repair_every="1h") as w:
+@pytest.fixture(scope="module", **backends_only())
+def world(request):
+    with World(*request.param, repair_every="1h") as w:
         w.tick()  # the object is missing: this first tick is a repair, and stamps it
         yield w
 

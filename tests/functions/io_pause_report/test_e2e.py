@@ -204,7 +204,6 @@ def test_a_volume_that_is_not_longhorn_is_unknown_storage_and_still_reported(wor
     assert report["volumes"][0]["longhornVolume"] is None and "nfs.csi.k8s.io" in report["volumes"][0]["unknown"]
 
 
-@pytest.mark.sim_only
 def test_longhorn_unreadable_is_unknown_storage_and_still_reported(world):
     name, pv = world.vm()
     fault = world.cluster.faults.add(path=f"/volumes/{pv}$", service_account=FUNCTION_SA, status=503, times=None)

@@ -1,0 +1,115 @@
+"""Each function's most common irrelevant event, and the no-op's, as the benchmarks send them.
+
+One place for what "irrelevant" means per function, so the load benchmark (bench/irrelevant.py), the
+in-process driver (bench/inprocess.py) and the instruction-count test answer the same question:
+
+- vmi-cleanup and io-pause-report: a Running VMI's status update (the update a cluster sends most);
+- device-conflict: a VM without a device whose status KubeVirt wrote (observedGeneration = generation);
+- migration-report: a migration still under way;
+- alert-forwarder: an info finding below MIN_SEVERITY (dropped, delivered nowhere);
+- dead-letter has no irrelevant event (everything it gets is logged at error level), so it is not here.
+
+Every one is answered 204 with no API call: the kubeconfig the cases are given points at a closed port,
+so a call would turn the answer into a 503.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+_KUBECONFIG = """\
+apiVersion: v1
+kind: Config
+clusters: [{name: nowhere, cluster: {server: "https://127.0.0.1:9"}}]
+users: [{name: nobody, user: {token: not-a-token}}]
+contexts: [{name: nowhere, context: {cluster: nowhere, user: nobody}}]
+current-context: nowhere
+"""
+
+
+def unreachable_kubeconfig() -> str:
+    """A kubeconfig naming 127.0.0.1:9 (discard; nothing listens): any API call fails."""
+    path = os.path.join(tempfile.gettempdir(), "vmevents-bench-unreachable.kubeconfig")
+    if not os.path.exists(path):
+        with open(path, "w") as out:
+            out.write(_KUBECONFIG)
+    return path
+
+
+@dataclass(frozen=True)
+class Case:
+    function: str                                   # the K_SERVICE name
+    source: str                                     # FUNCTION_SOURCE, relative to the repo
+    event: Callable[[], tuple[dict[str, str], bytes]]
+    settings: dict[str, str] = field(default_factory=dict)
+    status: int = 204
+    verdict: str | None = "irrelevant"              # the log line's verdict (None: the no-op writes none)
+
+    def env(self) -> dict[str, str]:
+        return {"KUBECONFIG": unreachable_kubeconfig(), "K_SERVICE": self.function, **self.settings}
+
+
+def _running_vmi() -> tuple[dict[str, str], bytes]:
+    from bench.vmi_cleanup import binary_event, make_vm, make_vmi
+
+    vm = make_vm("bench-running")
+    vm["metadata"]["uid"] = "3f0e8a54-2f5c-4b7e-9c1d-6a1b2c3d4e5f"
+    return binary_event(make_vmi("bench-running", vm=vm))
+
+
+def _plain_vm() -> tuple[dict[str, str], bytes]:
+    from bench.vmi_cleanup import binary_event
+    from simcluster.builders.devices import seed_vm1
+
+    plain = seed_vm1("plain", host_devices=[])
+    del plain["spec"]["template"]["spec"]["domain"]["devices"]["hostDevices"]
+    plain["metadata"].setdefault("generation", 2)
+    plain.setdefault("status", {})["observedGeneration"] = plain["metadata"]["generation"]
+    return binary_event(plain)
+
+
+def _running_vmim() -> tuple[dict[str, str], bytes]:
+    from bench.migration_report import binary_event
+
+    vmim = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+            "metadata": {"name": "bench-running-migration", "namespace": "default", "generation": 1,
+                         "uid": "8d6f4c2a-1b3e-4f5a-9c7d-0e1f2a3b4c5d", "resourceVersion": "4100213",
+                         "creationTimestamp": "2026-12-01T10:00:00Z",
+                         "labels": {"kubevirt.io/vmi-name": "bench-running"},
+                         "finalizers": ["kubevirt.io/migrationJobFinalize"]},
+            "spec": {"vmiName": "bench-running"},
+            "status": {"phase": "Running", "migrationState": {
+                "sourceNode": "harv41", "targetNode": "harv42", "mode": "PreCopy",
+                "startTimestamp": "2026-12-01T10:00:09Z", "targetPod": "virt-launcher-bench-running-7xk2p"},
+                "phaseTransitionTimestamps": [
+                    {"phase": p, "phaseTransitionTimestamp": f"2026-12-01T10:00:0{i}Z"}
+                    for i, p in enumerate(("Pending", "Scheduling", "Scheduled", "PreparingTarget",
+                                           "TargetReady", "Running"))]}}
+    return binary_event(vmim)
+
+
+def _info_finding() -> tuple[dict[str, str], bytes]:
+    from bench.alert_forwarder import binary
+    from simcluster.builders import findings as b
+
+    return binary("io.vmevents.vmi-cleanup.cleaned", b.cleaned())
+
+
+NOOP = Case("no-op", "bench/noop.py", _running_vmi, verdict=None)
+IRRELEVANT: dict[str, Case] = {case.function: case for case in (
+    NOOP,
+    Case("vmi-cleanup", "functions/vmi_cleanup/main.py", _running_vmi),
+    Case("device-conflict", "functions/device_conflict/main.py", _plain_vm),
+    Case("migration-report", "functions/migration_report/main.py", _running_vmim),
+    Case("io-pause-report", "functions/io_pause_report/main.py", _running_vmi),
+    Case("alert-forwarder", "functions/alert_forwarder/main.py", _info_finding,
+         settings={"WEBHOOK_URL": "http://127.0.0.1:9/hook"}, verdict="drop"),
+)}
+
+
+def describe(case: Case) -> str:
+    headers, body = case.event()
+    return f"{headers.get('ce-type')} {headers.get('ce-kind', '')} ({len(body)} bytes): {json.dumps(case.verdict)}"

@@ -1,0 +1,132 @@
+"""The irrelevant-event path's shortcuts say what the long way says (issue 25).
+
+The runtime answers an event a prefilter rules out with the headers read from the WSGI environ where they
+lie (wsgi.EnvironCe, check_binary_environ) and writes its log line without write_line's pass over every
+value when nothing needs clipping; the kubernetes client is imported without its models (shared/kubeclient).
+Each shortcut is checked against the way it replaces, on ordinary and hostile input.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from werkzeug.test import EnvironBuilder
+
+from shared import intake, runtime, wsgi
+from shared.errors import BadEvent
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GOOD = {"ce-specversion": "1.0", "ce-id": "e1", "ce-source": "https://10.43.0.1:443",
+        "ce-type": "dev.knative.apiserver.resource.update", "ce-subject": "/apis/kubevirt.io/v1/x",
+        "ce-kind": "VirtualMachineInstance", "ce-name": "vm1", "ce-namespace": "default",
+        "ce-knativeerrordest": "http://x", "Content-Type": "application/json"}
+
+
+def environ(headers: dict[str, str]) -> dict:
+    return EnvironBuilder(method="POST", headers=headers, data=b"{}").get_environ()
+
+
+@pytest.mark.parametrize("drop", [None, "ce-specversion", "ce-id", "ce-source", "ce-type", "ce-kind", "Content-Type"])
+def test_the_lazy_headers_are_the_headers(drop):
+    headers = {k: v for k, v in GOOD.items() if k != drop}
+    env = environ(headers)
+    lazy, eager = wsgi.EnvironCe(env), intake.wsgi_headers(env)
+    assert dict(lazy) == eager and len(lazy) == len(eager)
+    for name in [*GOOD, "ce-missing", "CE-TYPE"]:
+        expected = eager.get(name.lower() if name.startswith("CE-") else name)
+        assert lazy.get(name) == expected
+        assert lazy.get(name, "default") == (expected if expected is not None else "default")
+    with pytest.raises(KeyError):
+        lazy["ce-missing"]
+
+
+@pytest.mark.parametrize("headers", [
+    GOOD,
+    {**GOOD, "ce-specversion": "0.3"},
+    {k: v for k, v in GOOD.items() if k != "ce-specversion"},
+    {**GOOD, "ce-id": ""},
+    {k: v for k, v in GOOD.items() if k != "ce-source"},
+    {k: v for k, v in GOOD.items() if k not in ("ce-type", "ce-id")},
+])
+def test_checking_the_envelope_in_the_environ_is_check_binary(headers):
+    env = environ(headers)
+    try:
+        intake.check_binary(intake.wsgi_headers(env))
+    except BadEvent as exc:
+        with pytest.raises(BadEvent) as fast:
+            wsgi.check_binary_environ(env)
+        assert fast.value.message == exc.message
+    else:
+        wsgi.check_binary_environ(env)
+
+
+def _lines(capsys_or_list):
+    return [json.loads(line) for line in b"".join(capsys_or_list).splitlines()]
+
+
+@pytest.mark.parametrize("outcome, subject", [
+    (runtime.IRRELEVANT, "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances/vm1"),
+    (runtime.Outcome("wait", reason="x" * 990), None),                 # a line over the bound: write_line
+    (runtime.Outcome("error", reason="é" * 400), "s"),                 # bytes > characters
+    (runtime.Outcome("error", reason="bad \ud800 surrogate"), "s"),     # orjson refuses it: write_line says so
+    (runtime.Outcome("odd", reason=["a", "list"]), {"a": "dict"}),     # not texts: write_line's repr
+    (runtime.Outcome("long", reason="r" * 5000), "s" * 3000),
+])
+def test_the_log_line_is_write_lines(monkeypatch, outcome, subject):
+    written: list[bytes] = []
+    monkeypatch.setattr(runtime, "_emit", written.append)
+    app = runtime.FunctionApp("f", lambda *_: outcome, None, None)
+    app._log("id-1", "dev.knative.apiserver.resource.update", subject, outcome, 204, 0.0)
+    fast = json.loads(written.pop())
+    runtime.write_line({**fast, "subject": subject, "verdict": outcome.verdict, "effect": outcome.effect,
+                        "reason": outcome.reason})
+    assert fast == json.loads(written.pop())
+    assert list(fast) == ["function", "event_id", "event_type", "subject", "verdict", "effect", "reason",
+                          "outcome", "reply", "duration_ms"] or "log_error" in fast
+
+
+def _fresh(code: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**os.environ, "PYTHONPATH": REPO},
+                          capture_output=True, text=True, timeout=500)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.timeout(600)  # a fresh interpreter importing the client: slow on a loaded machine
+def test_the_client_comes_without_its_models_and_the_rest_of_the_package():
+    found = _fresh("import json, sys; import shared.kube, shared.kubeconfig; "
+                   "print(json.dumps(sorted(m for m in sys.modules if m.startswith('kubernetes'))))")
+    assert "kubernetes.client.api_client" in found and "kubernetes.client.rest" in found
+    for heavy in ("kubernetes.dynamic", "kubernetes.watch", "kubernetes.stream", "kubernetes.client.api",
+                  "kubernetes.client.models.v1_pod", "kubernetes.config.kube_config"):
+        assert heavy not in found
+
+
+@pytest.mark.timeout(600)
+def test_what_was_left_out_is_still_there_when_asked_for():
+    found = _fresh("import json; import shared.kube; from kubernetes.client import V1Pod, CoreV1Api; "
+                   "from kubernetes import watch, config; "
+                   "print(json.dumps([V1Pod.__name__, CoreV1Api.__name__, watch.Watch.__name__, "
+                   "config.load_kube_config.__name__]))")
+    assert found == ["V1Pod", "CoreV1Api", "Watch", "load_kube_config"]
+
+
+@pytest.mark.timeout(600)
+def test_in_a_pod_the_kubeconfig_loader_and_its_auth_plugins_stay_out(tmp_path, monkeypatch):
+    # incluster_config reads the token and CA from fixed paths; point its loader at ours.
+    (tmp_path / "token").write_text("t")
+    (tmp_path / "ca.crt").write_text("c")
+    code = ("import json, os, sys; from shared import kubeclient; m = kubeclient.incluster_loader(); "
+            f"m.SERVICE_TOKEN_FILENAME = {str(tmp_path / 'token')!r}; m.SERVICE_CERT_FILENAME = "
+            f"{str(tmp_path / 'ca.crt')!r}; "
+            "import shared.kubeconfig as k; kube = k.connect(); "
+            "print(json.dumps([kube.api.configuration.host, 'kubernetes.config.kube_config' in sys.modules, "
+            "'requests' in sys.modules]))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=500,
+                          env={**os.environ, "PYTHONPATH": REPO, "KUBERNETES_SERVICE_HOST": "10.43.0.1",
+                               "KUBERNETES_SERVICE_PORT": "443"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == ["https://10.43.0.1:443", False, False]
