@@ -13,7 +13,7 @@ alternately, a few rounds, and the report gives medians and the ratio now ÷ nai
 each re-scan costs the API server at most 10 % of the naive one, and a tick takes under 5 s at 10,000 VMs.
 It prints PASS/MISS and exits 0 either way: a report, not a test.
 
-    python -m bench.api_cost [--sizes 1000,10000] [--rounds 3] [--json]
+    python -m bench.api_cost [--sizes 1000,10000] [--rounds 3] [--json] [--functions vm-stuck-report,...]
 """
 from __future__ import annotations
 
@@ -80,6 +80,9 @@ FUNCTIONS = (
              lambda plan: (VMIM, plan.namespace(0), ""),
              variants={"list": {"MIGRATION_CURSOR": ""}, "settle": {"MIGRATION_SETTLE_EVERY": "0s"}},
              settle_every_ticks=5),  # MIGRATION_SETTLE_EVERY=5m, a tick a minute
+    # vm-00017 is stuck ErrorUnschedulable (i % 1000 == 17), its VMI just created: VM_STUCK_AFTER=1s makes every
+    # tick diagnose it (its pod, quotas, nodes...), as a tick does for a VM stuck past its threshold.
+    Function("vm-stuck-report", "vm_stuck_report", {"VM_STUCK_AFTER": "1s"}, naive.vm_stuck_report, _vm_named(17)),
     # vm-00000 names a host device (i % 20 == 0): its update is one device-conflict looks at.
     Function("device-conflict", "device_conflict", {}, naive.device_conflict, _vm_named(0),
              naive.device_conflict_event),
@@ -179,12 +182,12 @@ def _churn(admin: Kube, vmims: list[tuple[str, str]]) -> None:
 
 
 def bench_size(plane: Any, cluster: Any, admin: Kube, plan: Plan, rounds: int,
-               say: Callable[[str], None]) -> list[Row]:
+               say: Callable[[str], None], only: set[str] | None = None) -> list[Row]:
     import importlib
 
     rows = []
     churned = _long_done(admin)  # the same ones each round: listed once per size
-    for function in FUNCTIONS:
+    for function in (f for f in FUNCTIONS if not only or f.name in only):
         handler = importlib.import_module(f"functions.{function.package}.handler")
         settings_module = importlib.import_module(f"functions.{function.package}.settings")
         settings = settings_module.load(function.env)
@@ -226,7 +229,8 @@ def bench_size(plane: Any, cluster: Any, admin: Kube, plan: Plan, rounds: int,
     return rows
 
 
-def run_bench(sizes: list[int], rounds: int, say: Callable[[str], None] = print) -> list[Row]:
+def run_bench(sizes: list[int], rounds: int, say: Callable[[str], None] = print,
+              only: set[str] | None = None) -> list[Row]:
     from kubernetes import config
 
     from controlplane.cluster import RealCluster
@@ -250,7 +254,7 @@ def run_bench(sizes: list[int], rounds: int, say: Callable[[str], None] = print)
             made = size
             say(f"{size} VMs: populated in {time.perf_counter() - began:.0f} s ({plan.expected})")
             time.sleep(3)  # let the watch cache and the garbage collector's informers catch up
-            rows += bench_size(plane, cluster, admin, plan, rounds, say)
+            rows += bench_size(plane, cluster, admin, plan, rounds, say, only)
         cluster.stop()
     finally:
         plane.remove()
@@ -313,14 +317,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--sizes", default="1000,10000")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--functions", default="", help="only these (comma-separated names); default: all")
     args = parser.parse_args(argv)
     from controlplane import build
 
     if not build.buildable():
         print("api_cost: skipped: the real control plane cannot be built here (needs Go; see docs/control-plane.md)")
         return 0
+    only = {name.strip() for name in args.functions.split(",") if name.strip()}
     rows = run_bench([int(s) for s in args.sizes.split(",")], args.rounds,
-                     say=lambda text: print(text, file=sys.stderr, flush=True))
+                     say=lambda text: print(text, file=sys.stderr, flush=True), only=only)
     print(json.dumps([asdict(r) | {"verdict": r.verdict} for r in rows], indent=2) if args.json else render(rows))
     return 0
 

@@ -3,8 +3,9 @@
 Each VM is the seed's vm1 or vm2 (Harvester issue #5081, simcluster/builders/devices.py) with its own
 name; one in 20 names a host device. Most run (a VMI with the status virt-handler writes: conditions,
 interfaces, node, volume status, guest OS), one in 10 is stopped (no VMI), one in 200 left a Succeeded
-VMI behind (vmi-cleanup's candidates), one in 500 is paused on an IO error (io-pause-report's), and one in
-20 has a migration (most Succeeded long ago, a few Failed recently: migration-report's). Objects are
+VMI behind (vmi-cleanup's candidates), one in 500 is paused on an IO error (io-pause-report's), one in
+1000 is stuck ErrorUnschedulable (vm-stuck-report's), and one in 20 has a migration (most Succeeded long
+ago, a few Failed recently: migration-report's). Objects are
 created in parallel over keep-alive connections, so 10,000 VMs load in a few minutes on 2 cores.
 """
 from __future__ import annotations
@@ -41,6 +42,8 @@ class Plan:
         return f"tenant-{i % NAMESPACES}"
 
     def shape(self, i: int) -> str:
+        if i % 1000 == 17:
+            return "stuck"
         if i % 200 == 7:
             return "succeeded"
         if i % 500 == 11:
@@ -65,12 +68,16 @@ def _vmi(plan: Plan, i: int, vm: dict) -> dict:
     started = plan.now - timedelta(days=3, minutes=i % 1440)
     node = f"harvester-node-{i % 50}"
     shape = plan.shape(i)
-    phase = "Succeeded" if shape == "succeeded" else "Running"
+    phase = {"succeeded": "Succeeded", "stuck": "Scheduling"}.get(shape, "Running")
     conditions = [
         {"type": "Ready", "status": "False" if phase == "Succeeded" else "True",
          "lastProbeTime": None, "lastTransitionTime": stamp(started)},
         {"type": "LiveMigratable", "status": "True", "lastProbeTime": None, "lastTransitionTime": stamp(started)},
         {"type": "AgentConnected", "status": "True", "lastProbeTime": None, "lastTransitionTime": stamp(started)}]
+    if shape == "stuck":  # its launcher pod is unschedulable (docs/facts.md §1): ErrorUnschedulable
+        conditions = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "lastProbeTime": None,
+                       "lastTransitionTime": stamp(plan.now),
+                       "message": "0/50 nodes are available: 50 Insufficient memory."}]
     if shape == "io-paused":
         conditions.append({"type": "Paused", "status": "True", "reason": "PausedIOError",
                            "message": "VMI was paused, low-level IO error detected", "lastProbeTime": None,
@@ -149,6 +156,9 @@ def populate(kube: Kube, plan: Plan, *, start: int = 0, workers: int = 16,
             vmi = _vmi(plan, i, created)
             vmi["metadata"].pop("creationTimestamp")  # the server sets it
             stored_vmi = kube.create(VMI, vmi["metadata"]["namespace"], vmi)
+            if plan.shape(i) == "stuck":  # the VM controller's status for it (VM has a status subresource)
+                kube.request("PUT", VM.path(vm["metadata"]["namespace"], vm["metadata"]["name"]) + "/status",
+                             body={**created, "status": {"printableStatus": "ErrorUnschedulable"}})
             if plan.shape(i) == "io-paused":  # virt-handler's Event for the pause (docs/facts.md §5)
                 kube.create(EVENT, vmi["metadata"]["namespace"], kubevirt_event(stored_vmi, last=plan.now))
         if i % 20 == 5 or i % 400 == 0:
@@ -168,6 +178,7 @@ def populate(kube: Kube, plan: Plan, *, start: int = 0, workers: int = 16,
                 say(f"  created {done}/{plan.vms} VMs")
     shapes = [plan.shape(i) for i in range(plan.vms)]
     plan.expected = {"succeeded": shapes.count("succeeded"), "io-paused": shapes.count("io-paused"),
+                     "stuck": shapes.count("stuck"),
                      "stopped": shapes.count("stopped"),
                      "vmims": sum(1 for i in range(plan.vms) if i % 20 == 5 or i % 400 == 0),
                      "recent-failed-vmims": sum(1 for i in range(plan.vms) if i % 400 == 0)}

@@ -355,8 +355,13 @@ def printable_status(vm: Mapping, vmi: Mapping | None) -> str:
         return "Stopping"
     if phase == "Running":
         return "Paused" if _condition_is(vmi, "Paused", "True") else "Running"
+    if vmi is not None and _condition_is(vmi, "Synchronized", "False", "FailedPvcNotFound"):
+        return "ErrorPvcNotFound"
     if vmi is not None and _condition_is(vmi, "PodScheduled", "False", "Unschedulable"):
         return "ErrorUnschedulable"
+    for reason in ("ErrImagePull", "ImagePullBackOff"):  # the VMI's Synchronized condition, from the pod's container
+        if vmi is not None and _condition_is(vmi, "Synchronized", "False", reason):
+            return reason
     if phase in ("", "Pending", "Scheduling", "Scheduled") and vmi is not None:
         return "Starting"
     # A final VMI (the seed: a guest powered off, VMI Succeeded) or none: Stopped.
@@ -475,6 +480,90 @@ def schedule(wanted: Mapping[str, int], nodes: Mapping[str, Mapping[str, int]],
             reasons[f"Insufficient {res}"] += 1
     detail = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
     return None, f"0/{len(nodes)} nodes are available: {detail}."
+
+
+_SUFFIX = {"m": 1e-3, "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30,
+           "Ti": 2.0**40}
+
+
+def quantity(text: Any) -> float:
+    """A Kubernetes quantity ('500m', '2Gi', '4') as a number (0 when unreadable)."""
+    match = re.match(r"^([0-9.]+)([a-zA-Z]*)$", str(text).strip())
+    if not match or match.group(2) not in _SUFFIX:
+        return 0.0
+    return float(match.group(1)) * _SUFFIX[match.group(2)]
+
+
+def pod_requests(pod: Mapping) -> dict[str, float]:
+    """What a pod asks the scheduler for: cpu, memory and extended resources, summed over its containers."""
+    total: dict[str, float] = {}
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for name, qty in ((container.get("resources") or {}).get("requests") or {}).items():
+            total[name] = total.get(name, 0.0) + quantity(qty)
+    return total
+
+
+def _tolerated(taint: Mapping, tolerations: list) -> bool:
+    for t in tolerations:
+        if t.get("operator") == "Exists" and (not t.get("key") or t.get("key") == taint.get("key")):
+            if not t.get("effect") or t.get("effect") == taint.get("effect"):
+                return True
+        if t.get("key") == taint.get("key") and t.get("value", "") == taint.get("value", "") and \
+                (not t.get("effect") or t.get("effect") == taint.get("effect")):
+            return True
+    return False
+
+
+def node_misfit(node: Mapping, wanted: Mapping[str, float], used: Mapping[str, float],
+                vmi_spec: Mapping) -> list[str]:
+    """Why a Node object cannot take the launcher pod, in kube-scheduler's words (v1.33 plugins in their default
+    order, the first that fails per node: NodeUnschedulable, TaintToleration, NodeAffinity, NodeResourcesFit)."""
+    spec, labels = node.get("spec") or {}, _meta(node).get("labels") or {}
+    if spec.get("unschedulable"):
+        return ["node(s) were unschedulable"]
+    for taint in spec.get("taints") or []:
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and \
+                not _tolerated(taint, list(vmi_spec.get("tolerations") or [])):
+            return [f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value', '')}}}"]
+    if any(labels.get(k) != v for k, v in (vmi_spec.get("nodeSelector") or {}).items()):
+        return ["node(s) didn't match Pod's node affinity/selector"]
+    allocatable = _status(node).get("allocatable") or {}
+    return [f"Insufficient {res}" for res, need in sorted(wanted.items())
+            if need > 0 and quantity(allocatable.get(res, 0)) - used.get(res, 0.0) < need]
+
+
+def schedule_on_nodes(wanted: Mapping[str, float], nodes: list[Mapping], pods: Iterable[Mapping],
+                      vmi_spec: Mapping) -> tuple[str | None, str | None]:
+    """kube-scheduler over the cluster's Node objects: (node, None), or (None, its FitError message)."""
+    used: dict[str, dict[str, float]] = {_meta(n)["name"]: {} for n in nodes}
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node in used and pod_holds_devices(pod):
+            for res, qty in pod_requests(pod).items():
+                used[node][res] = used[node].get(res, 0.0) + qty
+    reasons: Counter = Counter()
+    for node in sorted(nodes, key=lambda n: _meta(n)["name"]):
+        misfit = node_misfit(node, wanted, used[_meta(node)["name"]], vmi_spec)
+        if not misfit:
+            return _meta(node)["name"], None
+        reasons.update(misfit)
+    detail = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
+    return None, f"0/{len(nodes)} nodes are available: {detail}."
+
+
+def as_pod(pod: Mapping) -> dict:
+    """A pod from a LIST, whose items carry no kind: as an Event's involvedObject names it."""
+    return {**pod, "apiVersion": "v1", "kind": "Pod"}
+
+
+UNBOUND_PVC = "pod has unbound immediate PersistentVolumeClaims"  # v1.33 volumebinding ErrReasonUnboundImmediatePVC
+
+
+def unpullable(image: str) -> bool:
+    """An image the simulated kubelet cannot pull: its registry host is under `.invalid`, a top-level domain that
+    never resolves (RFC 2606); the stand-in for an unreachable registry or a wrong image name."""
+    host = image.split("/", 1)[0] if "/" in image else ""
+    return host.split(":", 1)[0].endswith(".invalid")
 
 
 def with_phase(vmi: Mapping, phase: str, now: datetime) -> dict:
@@ -613,6 +702,36 @@ class _Kube:
                 return False
             raise
 
+    # -- what the scheduler and the kubelet stand-ins read
+    def nodes(self) -> list[dict]:
+        resp = self.core.list_node(_preload_content=False)
+        return json.loads(resp.data).get("items") or []
+
+    def pvc(self, ns: str, name: str) -> dict | None:
+        try:
+            return json.loads(self.core.read_namespaced_persistent_volume_claim(name, ns, _preload_content=False).data)
+        except Exception as exc:  # noqa: BLE001
+            if _http_status(exc) == 404:
+                return None
+            raise
+
+    def pv(self, name: str) -> dict | None:
+        try:
+            return json.loads(self.core.read_persistent_volume(name, _preload_content=False).data)
+        except Exception as exc:  # noqa: BLE001
+            if _http_status(exc) == 404:
+                return None
+            raise
+
+    def longhorn_volume(self, name: str) -> dict | None:
+        try:
+            return self.custom.get_namespaced_custom_object("longhorn.io", "v1beta2", "longhorn-system", "volumes",
+                                                            name)
+        except Exception as exc:  # noqa: BLE001
+            if _http_status(exc) == 404:
+                return None
+            raise
+
     # -- launcher pods
     def pods(self, ns: str | None = None, selector: str = "kubevirt.io=virt-launcher") -> list[dict]:
         if ns is None:
@@ -749,7 +868,7 @@ class KubeVirtSim:
     def __init__(self, cluster: Any, version: str | None = None,
                  nodes: Mapping[str, Mapping[str, int]] | None = None,
                  step_delay: float = 0.05, resync_period: float = 0.5, io_time_scale: float = 1.0,
-                 node_only: bool | None = None):
+                 volumes: bool = False, node_only: bool | None = None):
         self.cluster = cluster
         self.node_only = bool(getattr(cluster, "runs_virt_controller", False)) if node_only is None else node_only
         self.version_string = str(version or cluster.kubevirt_version).lstrip("v")
@@ -763,6 +882,10 @@ class KubeVirtSim:
         self.resync_period = max(resync_period, NODE_RESYNC_PERIOD) if self.node_only else resync_period
         # IO-error pauses and resumes run on KubeVirt's backoff times this factor (tests: 0.01).
         self.io_time_scale = io_time_scale
+        # Read the VM's PVCs as KubeVirt and the scheduler do (off by default: most suites' VMs name PVCs that
+        # are not there): a missing one is ErrorPvcNotFound, an unbound one keeps the pod unscheduled, a faulted
+        # Longhorn volume fails the attach (FailedAttachVolume).
+        self.volumes = volumes
         self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
         self._io: dict[Key, IOFault] = {}
 
@@ -1239,6 +1362,8 @@ class KubeVirtSim:
             for pod in pods:  # the launcher exits with the guest
                 self._finish_pod(pod, "Succeeded" if phase == "Succeeded" else "Failed")
             return None
+        if phase == "Pending" and not pods and _condition_is(vmi, "Synchronized", "False", "FailedPvcNotFound"):
+            return self._admit(vmi, pods)  # waiting for its PVC to appear (KubeVirt retries)
         if phase in ("Pending", "Scheduling", "Scheduled", "Running") and not pods:
             # The launcher pod vanished under a live VMI: the VMI fails (virt-handler / VMI controller).
             self._patch_vmi_status(vmi, with_phase(vmi, "Failed", self.clock()))
@@ -1272,6 +1397,21 @@ class KubeVirtSim:
         if not has_finalizer(vmi, VMI_FINALIZER):
             self._kube.patch(VMIS, meta["namespace"], meta["name"],
                              _finalizer_patch(vmi, list(meta.get("finalizers") or []) + [VMI_FINALIZER]))
+        missing = self._missing_pvc(vmi) if self.volumes else None
+        if missing is not None:
+            # datavolumes.go: "PVC ns/name does not exist, waiting for it to appear" (Synchronized=False)
+            why = f"PVC {meta['namespace']}/{missing} does not exist, waiting for it to appear"
+            if not _condition_is(vmi, "Synchronized", "False", "FailedPvcNotFound"):
+                status = with_phase(vmi, "Pending", self.clock()) if vmi_phase(vmi) != "Pending" else {}
+                status["conditions"] = set_condition(_status(vmi).get("conditions"), {
+                    "type": "Synchronized", "status": "False", "reason": "FailedPvcNotFound", "message": why},
+                    self.clock())
+                self._patch_vmi_status(vmi, status)
+                self._kube.record(vmi, "Normal", "FailedPvcNotFound", why, "virtualmachine-controller", self.clock())
+            return self.step_delay * 10
+        if _condition_is(vmi, "Synchronized", "False", "FailedPvcNotFound"):
+            self._patch_vmi_status(vmi, {"conditions": drop_condition(_status(vmi).get("conditions"),
+                                                                      "Synchronized")})
         if not pods:
             body = launcher_pod(vmi, self.version_string)
             body["status"] = {"phase": "Pending"}
@@ -1281,10 +1421,14 @@ class KubeVirtSim:
         return self.step_delay
 
     def _bind(self, vmi: dict, pod: dict) -> bool:
-        """kube-scheduler for the launcher pod: bind it, or mark the VMI Unschedulable."""
+        """kube-scheduler for the launcher pod: bind it, or mark the VMI Unschedulable; then the kubelet starts
+        it, unless its image cannot be pulled or (with `volumes`) a volume cannot be attached."""
         now = self.clock()
         meta = _meta(vmi)
-        node, why = schedule(device_requests(vmi.get("spec") or {}), self.nodes, self._kube.pods())
+        node = (pod.get("spec") or {}).get("nodeName")
+        why = None
+        if not node:
+            node, why = self._place(vmi, pod)
         if node is None:
             unschedulable = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": why}
             if _condition_is(vmi, "PodScheduled", "False", "Unschedulable") and \
@@ -1295,9 +1439,13 @@ class KubeVirtSim:
             pod_condition = dict(unschedulable, lastProbeTime=None, lastTransitionTime=rfc3339(now))
             self._kube.patch_pod(meta["namespace"], _meta(pod)["name"], {"status": {
                 "phase": "Pending", "conditions": [pod_condition]}}, status=True)
+            self._kube.record_counted(as_pod(pod), "Warning", "FailedScheduling", str(why), "default-scheduler", now)
             return False
         pod_name = _meta(pod)["name"]
-        self._kube.bind_pod(meta["namespace"], pod_name, node)
+        if not (pod.get("spec") or {}).get("nodeName"):
+            self._kube.bind_pod(meta["namespace"], pod_name, node)
+        if self._kubelet_blocked(vmi, pod, node, now):
+            return False
         self._kube.patch_pod(meta["namespace"], pod_name, {"status": {
             "phase": "Running", "startTime": rfc3339(now), "hostIP": "10.0.0.1",
             "conditions": [{"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": rfc3339(now)}
@@ -1313,9 +1461,98 @@ class KubeVirtSim:
                          {"metadata": {"labels": {NODE_NAME_LABEL: node}}, "status": status})
         return True
 
+    def _place(self, vmi: dict, pod: dict) -> tuple[str | None, str | None]:
+        """Where the scheduler puts the pod: with `volumes`, nowhere while a PVC is unbound; on the cluster's Node
+        objects when there are any, else on the simulator's own nodes (devices only)."""
+        spec = vmi.get("spec") or {}
+        nodes = self._kube.nodes()
+        if self.volumes and self._unbound_pvc(vmi):
+            return None, f"0/{len(nodes) or len(self.nodes)} nodes are available: {UNBOUND_PVC}."
+        if nodes:
+            return schedule_on_nodes(pod_requests(pod), nodes, self._kube.pods(), spec)
+        return schedule(device_requests(spec), self.nodes, self._kube.pods())
+
+    def _claims(self, vmi: Mapping) -> list[str]:
+        return [c for v in ((vmi.get("spec") or {}).get("volumes") or [])
+                if (c := (v.get("persistentVolumeClaim") or {}).get("claimName")
+                    or (v.get("dataVolume") or {}).get("name"))]
+
+    def _missing_pvc(self, vmi: Mapping) -> str | None:
+        ns = _meta(vmi)["namespace"]
+        return next((c for c in self._claims(vmi) if self._kube.pvc(ns, c) is None), None)
+
+    def _unbound_pvc(self, vmi: Mapping) -> str | None:
+        ns = _meta(vmi)["namespace"]
+        return next((c for c in self._claims(vmi) if _status(self._kube.pvc(ns, c)).get("phase") != "Bound"), None)
+
+    def _kubelet_blocked(self, vmi: dict, pod: dict, node: str, now: datetime) -> bool:
+        """The kubelet stand-in on a bound pod: an image it cannot pull leaves the container waiting ErrImagePull
+        (the VMI controller copies it to the VMI's Synchronized condition, lifecycle.go); with `volumes`, a
+        faulted Longhorn volume fails the attach (the attach/detach controller's FailedAttachVolume). Either
+        keeps the VMI Scheduling; once it clears, the pod starts."""
+        ns, pod_name = _meta(vmi)["namespace"], _meta(pod)["name"]
+        images = [v["containerDisk"]["image"] for v in ((vmi.get("spec") or {}).get("volumes") or [])
+                  if (v.get("containerDisk") or {}).get("image")]
+        bad = next((i for i in images if unpullable(i)), None)
+        if bad is not None:
+            message = (f'Failed to pull image "{bad}": failed to resolve reference "{bad}": dial tcp: lookup '
+                       f'{bad.split("/", 1)[0]}: no such host')
+            if not _condition_is(vmi, "Synchronized", "False", "ErrImagePull"):
+                scheduled = {"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                             "lastTransitionTime": rfc3339(now)}
+                self._kube.patch_pod(ns, pod_name, {"status": {"phase": "Pending", "conditions": [scheduled],
+                    "containerStatuses": [{"name": "compute", "ready": False, "restartCount": 0, "image": bad,
+                                           "imageID": "", "state": {"waiting": {"reason": "ErrImagePull",
+                                                                                "message": message}}}]}}, status=True)
+                self._patch_vmi_status(vmi, {"nodeName": node, "conditions": set_condition(
+                    drop_condition(_status(vmi).get("conditions"), "PodScheduled"),
+                    {"type": "Synchronized", "status": "False", "reason": "ErrImagePull", "message": message}, now)})
+                self._kube.record_counted(as_pod(pod), "Warning", "Failed", message, "kubelet", now)
+            return True
+        faulted = self._faulted_volume(vmi) if self.volumes else None
+        if faulted is not None:
+            message = (f'AttachVolume.Attach failed for volume "{faulted}" : rpc error: code = Aborted desc = volume '
+                       f'{faulted} is not ready for workloads')
+            if _status(pod).get("phase") != "Pending" or (pod.get("status") or {}).get("containerStatuses") is None:
+                scheduled = {"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                             "lastTransitionTime": rfc3339(now)}
+                creating = {"name": "compute", "ready": False, "restartCount": 0, "image": "virt-launcher",
+                            "imageID": "", "state": {"waiting": {"reason": "ContainerCreating"}}}
+                self._kube.patch_pod(ns, pod_name, {"status": {"phase": "Pending", "conditions": [scheduled],
+                                                               "containerStatuses": [creating]}}, status=True)
+                self._patch_vmi_status(vmi, {"nodeName": node, "conditions": drop_condition(
+                    _status(vmi).get("conditions"), "PodScheduled")})
+                self._kube.record_counted(as_pod(pod), "Warning", "FailedAttachVolume", message,
+                                          "attachdetach-controller", now)
+            return True
+        if _condition_is(vmi, "Synchronized", "False", "ErrImagePull"):
+            self._patch_vmi_status(vmi, {"conditions": drop_condition(_status(vmi).get("conditions"), "Synchronized")})
+        return False
+
+    def _faulted_volume(self, vmi: Mapping) -> str | None:
+        ns = _meta(vmi)["namespace"]
+        for claim in self._claims(vmi):
+            name = ((self._kube.pvc(ns, claim) or {}).get("spec") or {}).get("volumeName")
+            csi = (((self._kube.pv(name) or {}) if name else {}).get("spec") or {}).get("csi") or {}
+            if csi.get("driver") == "driver.longhorn.io" and csi.get("volumeHandle"):
+                volume = self._kube.longhorn_volume(csi["volumeHandle"])
+                if _status(volume).get("robustness") == "faulted":
+                    return str(csi["volumeHandle"])
+        return None
+
+    def _node_down(self, vmi: Mapping) -> bool:
+        """The VMI's node has a Node object that is not Ready: its virt-handler does nothing (a node the simulator
+        does not know as an object is always up)."""
+        name = _status(vmi).get("nodeName")
+        node = next((n for n in self._kube.nodes() if _meta(n).get("name") == name), None) if name else None
+        return node is not None and not _condition_is(node, "Ready", "True")
+
     def _tear_down(self, vmi: dict, pods: list[dict]) -> float | None:
-        """A VMI being deleted: shut the guest down, end and delete the pod, drop the finalizer."""
+        """A VMI being deleted: shut the guest down, end and delete the pod, drop the finalizer. Nothing happens
+        while its node is not Ready: virt-handler there cannot shut the guest down (the stop is not honoured)."""
         meta, phase = _meta(vmi), vmi_phase(vmi)
+        if phase not in FINAL_PHASES and self._node_down(vmi):
+            return None
         if phase not in FINAL_PHASES:
             # virt-handler shuts a running guest down gracefully (Succeeded); a VMI that never
             # ran fails (the VMI controller).

@@ -57,15 +57,15 @@ class Stage:
 
 @contextmanager
 def stage(title: str, *, kubevirt_version: str = "1.3.1", env_overrides: dict | None = None,
-          ping_interval: float | None = PING_INTERVAL, nodes: dict | None = None):
+          ping_interval: float | None = PING_INTERVAL, nodes: dict | None = None, volumes: bool = False):
     """Start the cluster (BACKEND: the simulated one, or a real control plane), KubeVirt and every function,
-    broker and source of deploy/."""
+    broker and source of deploy/. `volumes`: the simulated KubeVirt reads the VMs' PVCs (KubeVirtSim)."""
     from simcluster.kubevirt import KubeVirtSim
 
     print(f"\n=== {title} — on {BACKEND.describe} ===", flush=True)
     timeline = Timeline()
     cluster = BACKEND.cluster(kubevirt_version)
-    kubevirt = KubeVirtSim(cluster, step_delay=0.05, **({"nodes": nodes} if nodes else {})).start()
+    kubevirt = KubeVirtSim(cluster, step_delay=0.05, volumes=volumes, **({"nodes": nodes} if nodes else {})).start()
     knative = None
     try:
         knative = LocalKnative(load_manifests(DEPLOY_DIR),

@@ -143,6 +143,10 @@ RESOURCES: tuple[ResourceType, ...] = (
           create_status={"phase": "Pending"}),
     _core("persistentvolumes", "PersistentVolume", False, status_subresource=True, create_status={"phase": "Pending"}),
     _core("nodes", "Node", False, status_subresource=True),  # nodes may set status on create (node strategy)
+    # vm-stuck-report's facts. ResourceQuota: PrepareForCreate clears the status (kube-controller-manager's
+    # resourcequota controller keeps it); pkg/registry/core/resourcequota/strategy.go.
+    _core("resourcequotas", "ResourceQuota", True, status_subresource=True, create_status=DROP),
+    ResourceType("storage.k8s.io", "v1", "storageclasses", "StorageClass", False),
     _custom("kubevirt.io", "v1", "virtualmachines", "VirtualMachine", True),
     _custom("kubevirt.io", "v1", "virtualmachineinstances", "VirtualMachineInstance", True, status=False),
     _custom("kubevirt.io", "v1", "virtualmachineinstancemigrations", "VirtualMachineInstanceMigration", True),
@@ -164,6 +168,15 @@ def type_for_kind(api_version: str, kind: str) -> ResourceType:
     if found is None:
         raise KeyError(f"the simulator does not serve {kind} in {api_version}; add it to store.RESOURCES")
     return found
+
+
+def _taint_not_ready(node: dict) -> None:
+    """The TaintNodesByCondition admission plugin (on by default): a new Node gets node.kubernetes.io/not-ready
+    NoSchedule, which the node lifecycle controller removes once the kubelet reports Ready
+    (kubernetes plugin/pkg/admission/nodetaint/admission.go, addNotReadyTaint)."""
+    taints = node.setdefault("spec", {}).setdefault("taints", [])
+    if not any(t.get("key") == "node.kubernetes.io/not-ready" and t.get("effect") == "NoSchedule" for t in taints):
+        taints.append({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"})
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -320,6 +333,8 @@ class Store:
             self._check_namespace_lifecycle(rt, meta)
             if rt.kind == "Event" and rt.group == "":
                 _check_event_namespace(rt, obj)
+            if rt.kind == "Node" and rt.group == "":
+                _taint_not_ready(obj)
             given_version = meta.get("resourceVersion")
             self._prepare_create(rt, obj, keep_status)
             obj = self.validate(rt, obj)

@@ -36,6 +36,7 @@ class Kind:
 _DEVICE = Kind("VMHostDeviceConflict", "warning", "vmhostdeviceconflict")
 _IO = Kind("VMPausedOnIOError", "critical", "vmpausedonioerror")
 _MIGRATION = Kind("VMMigrationFailed", "warning", "vmmigrationfailed")
+_STUCK = Kind("VMStuck", "warning", "vmstuck")
 
 TABLE: dict[str, Kind] = {
     # device-conflict (docs/device-conflict.md)
@@ -47,6 +48,8 @@ TABLE: dict[str, Kind] = {
     "target-pod-removed": _MIGRATION, "vmi-shutdown": _MIGRATION, "aborted": _MIGRATION, "libvirt-error": _MIGRATION,
     "unknown": _MIGRATION,
     "near-timeout": Kind("VMMigrationNearTimeout", "warning", "vmmigrationneartimeout"),
+    # vm-stuck-report (docs/vm-stuck-report.md): one alert, the state in its labels, the cause in its description
+    "stuck-starting": _STUCK, "stuck-stopping": _STUCK, "stuck-terminating": _STUCK, "stuck-migrating": _STUCK,
     # vmi-cleanup (docs/vmi-cleanup.md)
     "vmi-cleaned-up": Kind("VMICleanedUp", "info", "vmicleanedup"),
 }

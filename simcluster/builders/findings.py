@@ -70,6 +70,20 @@ def io_pause(vmi="default/vm1", *, pvcs=("vm1-disk-0",), category="rebuild-relat
                  advice if state != "resolved" else [], details, state)
 
 
+def vm_stuck(vm="default/vm1", *, group="starting", cause="insufficient-resources", state="detected",
+             severity="warning", **extra) -> dict:
+    namespace, name = _ns_name(vm)
+    details = {"vm": vm, "state": "ErrorUnschedulable", "group": group, "since": "2026-11-30T11:40:00Z",
+               "cause": cause, "evidence": ["pod virt-launcher-vm1-abcde: PodScheduled=False (Unschedulable): "
+                                            "0/3 nodes are available: 3 Insufficient memory."],
+               "nextStep": "Free memory on a node, or lower the VM's request.", "checked": [], **extra}
+    said = (f"VM {vm} is no longer stuck." if state == "resolved"
+            else f"VM {vm} is ErrorUnschedulable since 2026-11-30T11:40:00Z: {cause}.")
+    return _data("vm-stuck-report", f"stuck-{group}", VM_PATH.format(ns=namespace, name=name), "uid-" + name,
+                 {"namespace": namespace, "vm": name, "state": group}, severity, said,
+                 [details["nextStep"]], details, state)
+
+
 def cleaned(vmi="default/vm1", action="deleted-vmi", uid=None) -> dict:
     namespace, name = _ns_name(vmi)
     details = {"vmi": vmi, "vm": vmi, "action": action,

@@ -5,7 +5,7 @@ KubeVirt and every function, broker and source of deploy/ running, and prints a 
 """
 import importlib
 
-ALL = ["vmi_cleanup", "device_conflict", "migration_report", "io_pause_report", "alert_forwarder"]
+ALL = ["vmi_cleanup", "device_conflict", "migration_report", "io_pause_report", "vm_stuck_report", "alert_forwarder"]
 
 
 def load(name: str):

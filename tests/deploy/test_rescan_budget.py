@@ -10,7 +10,7 @@ from shared import rescan
 from shared.settings import parse_duration
 from tests.deploy.kustomize import KUSTOMIZATIONS, env_of, ident, knative_services, of_kind, render
 
-RESCANNING = ("vmi-cleanup", "io-pause-report", "migration-report")
+RESCANNING = ("vmi-cleanup", "io-pause-report", "migration-report", "vm-stuck-report")
 
 
 def iso_seconds(text: str) -> timedelta:

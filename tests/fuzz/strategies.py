@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from simcluster.builders import devices as dev
 from simcluster.builders import findings as fb
-from simcluster.builders import io_pause, migration
+from simcluster.builders import io_pause, migration, stuck
 from simcluster.builders import kubevirt as kvb
 
 RESOURCE = "dev.knative.apiserver.resource."
@@ -91,12 +91,17 @@ def objects_for(function: str) -> list[tuple[str, dict]]:
         return [("VirtualMachineInstanceMigration", migration.make_vmim("vm1", phase="Failed"))]
     if function == "io-pause-report":
         return [("VirtualMachineInstance", io_pause.make_vmi("vm1", paused="PausedIOError"))]
+    if function == "vm-stuck-report":  # claims of a VM stuck for long, and of a migration that never started
+        long_stuck = stuck.vm("vm1", status="ErrorUnschedulable", ready_since=stuck.LONG_AGO)
+        return [("VirtualMachine", long_stuck), ("VirtualMachine", stuck.vm("vm1", status="Stopping")),
+                ("VirtualMachineInstanceMigration", stuck.vmim(stuck.vmi(long_stuck), phase="Pending"))]
     return [("VirtualMachineInstance", kvb.make_vmi("vm1"))]
 
 
 FINDINGS = (("io.vmevents.device-conflict.detected", fb.device_conflict()),
             ("io.vmevents.migration-report.detected", fb.migration_report()),
             ("io.vmevents.io-pause-report.detected", fb.io_pause()),
+            ("io.vmevents.vm-stuck-report.detected", fb.vm_stuck()),
             ("io.vmevents.vmi-cleanup.cleaned", fb.cleaned()))
 
 

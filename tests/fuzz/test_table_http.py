@@ -9,7 +9,8 @@ import pytest
 from tests.http_cases import assert_refused, source_of
 
 KUBE_FUNCTIONS = {"vmi_cleanup": "VirtualMachineInstance", "device_conflict": "VirtualMachine",
-                  "migration_report": "VirtualMachineInstanceMigration", "io_pause_report": "VirtualMachineInstance"}
+                  "migration_report": "VirtualMachineInstanceMigration", "io_pause_report": "VirtualMachineInstance",
+                  "vm_stuck_report": "VirtualMachine"}
 
 
 def reference(name="vm1", namespace="default", kind="VirtualMachineInstance", verb="update"):

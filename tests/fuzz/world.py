@@ -31,6 +31,7 @@ FUNCTIONS = {"vmi-cleanup": ("vmi_cleanup", "vmevents/vmi-cleanup"),
              "device-conflict": ("device_conflict", "vmevents/device-conflict"),
              "migration-report": ("migration_report", "vmevents/migration-report"),
              "io-pause-report": ("io_pause_report", "vmevents/io-pause-report"),
+             "vm-stuck-report": ("vm_stuck_report", "vmevents/vm-stuck-report"),
              "alert-forwarder": ("alert_forwarder", "vmevents/alert-forwarder"),
              "dead-letter": ("dead_letter", None)}
 

@@ -1,0 +1,181 @@
+"""What vm-stuck-report reads about one stuck VM, as values: the stuck state, the pod, volumes, node, quotas and
+Events; the ResourceQuota arithmetic; and the words for what was checked. Pure (decide.py's rules apply)."""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from shared import objects as o
+
+PURE = True
+
+
+@dataclass(frozen=True)
+class Stuck:
+    """A VM in a state past its threshold (or not yet: `Verdict.action` says)."""
+
+    state: str              # printableStatus, or MigrationPending / MigrationScheduling
+    group: str              # starting | stopping | terminating | migrating
+    since: datetime
+    instance: str           # what the episode is of: the VMIM's uid, else the VMI's, else the VM's
+    threshold: timedelta
+    migration: str | None = None  # the VMIM's name for a migration that does not start
+
+
+@dataclass(frozen=True)
+class EventFact:
+    """A Kubernetes Event someone else recorded (the scheduler, the kubelet, KubeVirt)."""
+
+    on: str          # "Pod/virt-launcher-x", "VirtualMachineInstance/vm1"
+    reason: str
+    message: str
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    name: str
+    node: str = ""
+    phase: str = ""
+    scheduled: tuple[str, str, str] | None = None   # PodScheduled (status, reason, message)
+    waiting: tuple[tuple[str, str, str], ...] = ()  # (container, reason, message) of waiting containers
+    events: tuple[EventFact, ...] = ()
+
+
+@dataclass(frozen=True)
+class VolumeFacts:
+    volume: str
+    claim: str
+    found: bool = True
+    phase: str = ""
+    storage_class: str = ""
+    class_found: bool | None = None
+    provisioner: str = ""
+    binding_mode: str = ""
+    longhorn: str = ""                 # the Longhorn volume's name, when the PV is Longhorn's
+    longhorn_state: str = ""
+    longhorn_robustness: str = ""
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    name: str
+    found: bool = True
+    ready: str = ""                    # the Ready condition's status: True, False, Unknown
+    ready_reason: str = ""
+    ready_since: str = ""
+    unschedulable: bool = False
+    taints: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class QuotaFacts:
+    name: str
+    resource: str
+    hard: str
+    used: str
+    requested: str
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the handler read fresh about one stuck VM."""
+
+    stuck: Stuck
+    vmi_deleting: bool = False
+    vmi_finalizers: tuple[str, ...] = ()
+    pod: PodFacts | None = None
+    pod_looked_for: str = ""                            # "launcher" or "migration target"
+    volumes: tuple[VolumeFacts, ...] = ()
+    node: NodeFacts | None = None
+    quotas: tuple[QuotaFacts, ...] = ()                 # the ResourceQuotas the pod would exceed
+    kubevirt_events: tuple[EventFact, ...] = ()         # on the VM, VMI and VMIM: FailedCreate, FailedPvcNotFound
+    device_resources: frozenset[str] = frozenset()      # the VM's hostDevices' and gpus' deviceNames
+    nodes_with: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # resource -> nodes that have any
+    nodes_total: int = 0
+    device_conflict: str = ""                           # device-conflict's open finding on this VM (its summary)
+
+
+
+def checked_words(facts: Facts) -> tuple[str, ...]:
+    """What was looked at, in words: an unknown cause says it, and every report lists it."""
+    out = []
+    pod = facts.pod
+    if pod is None:
+        out.append(f"no {facts.pod_looked_for or 'launcher'} pod exists")
+    else:
+        sched = f"PodScheduled={pod.scheduled[0]}" + (f" ({pod.scheduled[1]}: {pod.scheduled[2]})"
+                                                        if pod.scheduled[0] != "True" else "") \
+            if pod.scheduled else "no PodScheduled condition"
+        waiting = "; ".join(f"{c} waiting {r}" for c, r, _ in pod.waiting) or "no container waiting on an error"
+        reasons = sorted({e.reason for e in pod.events}) or ["none"]
+        out.append(f"{facts.pod_looked_for or 'launcher'} pod {pod.name}: phase {pod.phase or 'unknown'}, {sched}, "
+                   f"{waiting}, its Events: {', '.join(reasons)}")
+    for v in facts.volumes:
+        out.append(f"PVC {v.claim}: " + ("not found" if not v.found else f"{v.phase or 'no phase'}"
+                                         + (f", Longhorn {v.longhorn} {v.longhorn_state}/{v.longhorn_robustness}"
+                                            if v.longhorn else "")))
+    if facts.node is not None:
+        out.append(node_words(facts.node))
+    out.append("ResourceQuotas: " + (", ".join(q.name for q in facts.quotas) or "none exceeded"))
+    kv_reasons = sorted({e.reason for e in facts.kubevirt_events}) or ["none"]
+    out.append(f"KubeVirt's Events on the VM, VMI and migration: {', '.join(kv_reasons)}")
+    return tuple(out)
+
+
+def node_words(node: NodeFacts) -> str:
+    if not node.found:
+        return f"node {node.name} does not exist"
+    ready = f"Ready={node.ready or 'unknown'}" + (f" ({node.ready_reason})" if node.ready_reason else "") \
+        + (f" since {node.ready_since}" if node.ready_since else "")
+    return f"node {node.name}: {ready}" + (", cordoned (unschedulable)" if node.unschedulable else "") \
+        + (f", taints {', '.join(node.taints)}" if node.taints else "")
+
+
+def state_words(s: Stuck) -> str:
+    if s.migration:
+        return f"migration {s.migration} {s.state.removeprefix('Migration')}"
+    return s.state
+
+
+# -- quantities (the ResourceQuota check) -----------------------------------------------------------
+_SUFFIX = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+           "E": 1e18, "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60}
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+)(?:[eE]([+-]?\d+))?([numkKMGTPE]i?)?$")
+
+
+def quantity(text: object) -> float | None:
+    """A Kubernetes quantity ('500m', '2Gi', '1.5') as a number; None when unreadable."""
+    match = _QUANTITY.match(str(text).strip()) if text is not None else None
+    if not match or (match.group(3) or "") not in _SUFFIX:
+        return None
+    try:
+        value = float(match.group(1)) * (10 ** int(match.group(2)) if match.group(2) else 1)
+    except ValueError:
+        return None
+    return value * _SUFFIX[match.group(3) or ""]
+
+
+def exceeded(quota: Mapping, requests: Mapping[str, str]) -> tuple[QuotaFacts, ...]:
+    """The resources of a ResourceQuota (its status: hard and used, kept by kube-controller-manager) that one
+    more pod with these requests would exceed (the quota admission's rule: used + requested > hard)."""
+    hard, used = o.strings(quota, "status", "hard"), o.strings(quota, "status", "used")
+    name = o.string(quota, "metadata", "name")
+    asked = {"pods": "1", "count/pods": "1"}
+    for resource, value in requests.items():
+        asked[f"requests.{resource}"] = value
+        if resource in ("cpu", "memory"):
+            asked[resource] = value
+    out = []
+    for resource, value in sorted(asked.items()):
+        limit, now, need = quantity(hard.get(resource)), quantity(used.get(resource, "0")), quantity(value)
+        if limit is not None and now is not None and need is not None and now + need > limit + 1e-9:
+            out.append(QuotaFacts(name, resource, hard[resource], used.get(resource, "0"), value))
+    return tuple(out)
+
+
+def stamp(when: datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+

@@ -1,0 +1,217 @@
+"""vm-stuck-report's I/O: when a VM stays starting, stopping, terminating or migrating too long, say why and what
+to do.
+
+KubeVirt's own alerts say only *that* a VM is stuck (VirtualMachineStuckInUnhealthyState,
+VirtualMachineStuckOnNode; docs/facts.md §7); the facts that say *why* are scattered over the cluster. The
+flow: on_event and rescan → converge: read the VM, its VMI (and VMIM), decide whether it is stuck past its
+threshold (decide.stuck); only then read what explains it — the launcher (or migration target) pod, its
+scheduling condition and Events, the PVCs, StorageClasses and Longhorn volumes, the node, the ResourceQuotas,
+KubeVirt's Events — and diagnose (decide.diagnose) → report: one finding per episode (shared/findings.py), in
+one `VMStuck` Event on the VM, `.detected` once and `.resolved` once when the VM settles. It changes nothing
+but Events.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from functions.vm_stuck_report.decide import (
+    Action,
+    Verdict,
+    diagnose,
+    stuck,
+)
+from functions.vm_stuck_report.reads import read_facts, source_of
+from functions.vm_stuck_report.settings import GROUPS, MIGRATION_PHASES, Settings
+from functions.vm_stuck_report.wording import FUNCTION, event_message, finding, resolved_message
+from shared import objects as o
+from shared import rescan as rescans
+from shared.findings import Ledger, Record, record_of, summary
+from shared.intake import Incoming, about, may_concern
+from shared.kube import EVENT, NAMESPACE, VM, VMI, VMIM
+from shared.runtime import KubeContext, Outcome
+
+REASON = "VMStuck"
+
+
+# -- the flow -------------------------------------------------------------------------------------
+def on_event(event: Incoming, ctx: KubeContext[Settings]) -> Outcome:
+    if event.family == "ping":
+        return rescan(ctx, event.id)
+    found = target(event, ctx.settings)
+    if found is None:
+        return Outcome("irrelevant", subject=event.subject)
+    return converge(found, ctx, event.id)
+
+
+def rescan(ctx: KubeContext[Settings], delivery: str) -> Outcome:
+    """Every VM whose Status cell is a stuck state and every VMIM whose Phase cell is Pending or Scheduling (Table
+    rows, cells only, from the watch cache, one namespace at a time: docs/api-cost.md), and every VM with a finding
+    on record; only these are read in full and converged, within the budget (shared/rescan.py). What stays open is
+    renewed, so that its Event outlives the TTL."""
+    began, scanned, candidates = rescans.begin(), {"vms": 0, "migrations": 0}, dict[tuple, Target]()
+    namespaces = [n for n in sorted(ns["metadata"]["name"] for ns in ctx.kube.list_metadata(NAMESPACE, cached=True))
+                  if ctx.settings.in_scope(n)]
+
+    def rows(namespace: str) -> tuple[list[dict], list[dict]]:
+        return (list(ctx.kube.list_rows(VM, namespace, cached=True, metadata=False)),
+                list(ctx.kube.list_rows(VMIM, namespace, cached=True, metadata=False)))
+
+    for namespace, (vms, vmims) in zip(namespaces, rescans.gather(namespaces, rows, ctx.settings.rescan),
+                                       strict=True):
+        scanned["vms"] += len(vms)
+        scanned["migrations"] += len(vmims)
+        for row in vms:
+            if row["cells"].get("status") in GROUPS:
+                found = Target(namespace, str(row["metadata"]["name"]))
+                candidates.setdefault(found.key, found)
+        for row in vmims:
+            if (row["cells"].get("phase") or "Pending") in MIGRATION_PHASES and row["cells"].get("vmi"):
+                found = Target(namespace, str(row["cells"]["vmi"]), str(row["metadata"]["name"]))
+                candidates.setdefault(found.key, found)
+    ledger = _ledger(ctx)
+    on_record = list(ledger.records(state=None, cached=True))  # resolved ones too: a redelivered tick answers
+    for record in on_record:
+        if record.open or Ledger.replay(record, delivery):
+            found = _target_of_record(record)
+            candidates.setdefault(found.key, found)
+    scan = rescans.run([candidates[k] for k in sorted(candidates)],
+                       lambda found: converge(found, ctx, delivery, tick=True).reply, ctx.settings.rescan,
+                       started=began, rotation=rescans.tick_number(ctx.clock()))
+    replies = sorted(scan.results, key=lambda r: (r.subject or "", r.type))
+    renewed = ledger.renew_stale([r for r in on_record if r.open], ctx.clock())
+    reason = (f"scanned {scanned['vms']} VM(s) and {scanned['migrations']} migration(s), {len(candidates)} in a "
+              f"stuck state or on record; {len(replies)} notice(s), {renewed} renewed; {scan.progress()}")
+    reply = summary(FUNCTION, "scanned", f"/vmevents/{FUNCTION}/rescan", replies, reason, scanned)
+    return Outcome("rescan", effect=f"reported-{len(replies)}" if reply else "none", reason=reason, reply=reply)
+
+
+def converge(found: Target, ctx: KubeContext[Settings], delivery: str = "", *, tick: bool = False) -> Outcome:
+    """Read fresh, decide, and only for a VM stuck past its threshold read what explains it; record."""
+    vmim = ctx.kube.get(VMIM, found.namespace, found.migration) if found.migration else None
+    if found.migration and not found.name:  # a Reference-mode VMIM event: the VMIM names its VMI
+        if vmim is None or not o.text(vmim, "spec", "vmiName"):
+            return Outcome("gone", subject=_subject(found), reason="the migration no longer exists")
+        found = replace(found, name=o.string(vmim, "spec", "vmiName"))
+    vm = ctx.kube.get(VM, found.namespace, found.name)
+    vmi = ctx.kube.get(VMI, found.namespace, found.name) if vm is not None else None
+    if found.migration and vmim is None:
+        verdict = Verdict(Action.SETTLED, "the migration no longer exists")
+    else:
+        verdict = stuck(vm, vmi, vmim, ctx.settings, ctx.clock())
+    subject = _subject(found)
+    if verdict.action is Action.WAIT and not tick:  # an event as a VM begins to start: nothing more to read yet
+        return Outcome(verdict.action.value, subject=subject, reason=verdict.reason)
+    events = list(ctx.kube.list(EVENT, found.namespace, field_selector=f"involvedObject.name={found.name}"))
+    records = _records(events, found)
+    for record in records:  # a redelivery of the event that opened or ended an episode answers as it did
+        notice = Ledger.replay(record, delivery)
+        if notice is not None:
+            return Outcome("replay", effect=notice.transition, subject=subject, reason="a redelivered event",
+                           reply=notice.reply())
+    if verdict.action is Action.REPORT and verdict.stuck is not None and vm is not None:
+        verdict = diagnose(read_facts(ctx, verdict.stuck, vm, vmi, vmim, events))
+    return act(verdict, found, vm, records, ctx, delivery, tick)
+
+
+# -- parse: which VM is this event about? (no API calls) ------------------------------------------
+@dataclass(frozen=True)
+class Target:
+    namespace: str
+    name: str                     # the VM (its VMI has the same name)
+    migration: str | None = None  # a VMIM that does not start
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return self.namespace, self.name, self.migration or ""
+
+
+def target(event: Incoming, settings: Settings) -> Target | None:
+    """The VM worth a fresh look, or None when the event cannot concern a stuck VM: a VM whose status is not a
+    stuck state, a migration that is not pending, a deletion (the re-scan ends what it leaves)."""
+    found = about(event, ("VirtualMachine", "VirtualMachineInstanceMigration"), FUNCTION)
+    if found.deleted or not settings.in_scope(found.namespace):
+        return None
+    if found.ref.kind == "VirtualMachine":
+        if found.obj is not None and o.string(found.obj, "status", "printableStatus") not in GROUPS:
+            return None
+        return Target(found.namespace, found.ref.name)
+    obj = found.obj
+    if obj is None:  # Reference mode: the VMIM names its VMI; read it in converge
+        return Target(found.namespace, "", found.ref.name)
+    if (o.string(obj, "status", "phase") or "Pending") not in MIGRATION_PHASES or not o.text(obj, "spec", "vmiName"):
+        return None
+    return Target(found.namespace, o.string(obj, "spec", "vmiName"), found.ref.name)
+
+
+_VM_TOKENS = tuple(f'"{state}"'.encode() for state in GROUPS if not state.startswith("Migration"))
+_VMIM_TOKENS = (b'"Pending"', b'"Scheduling"')
+
+
+def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) -> bool:
+    """A Resource-mode VM event whose JSON names no stuck state, or a VMIM event naming neither Pending nor
+    Scheduling, cannot be about a stuck VM: answered without decoding and without an API call (a VM that
+    settled is found by the re-scan, which ends its finding)."""
+    if headers.get("ce-kind") == "VirtualMachineInstanceMigration":
+        return may_concern(headers, body, ("VirtualMachineInstanceMigration",), _VMIM_TOKENS)
+    return may_concern(headers, body, ("VirtualMachine",), _VM_TOKENS)
+
+
+def _subject(found: Target) -> str:
+    if found.migration:
+        return VMIM.path(found.namespace, found.migration)
+    return VM.path(found.namespace, found.name)
+
+
+def _target_of_record(record: Record) -> Target:
+    details = record.finding.details
+    return Target(record.involved.get("namespace") or record.namespace, str(record.involved.get("name") or ""),
+                  str(details["migration"]) if details.get("migration") else None)
+
+
+# -- act: the finding's life ------------------------------------------------------------------------
+def _ledger(ctx: KubeContext[Settings]) -> Ledger:
+    return Ledger(ctx.kube, FUNCTION, ctx.settings.finding_renew_after, REASON)
+
+
+def _records(events: list[dict], found: Target) -> list[Record]:
+    """This function's findings on this VM, for this target (a migration's, or the VM's own)."""
+    out = []
+    for event in events:
+        record = record_of(event) if source_of(event) == FUNCTION else None
+        if record is None or record.finding.function != FUNCTION:
+            continue
+        if (record.finding.details.get("migration") or None) != found.migration:
+            continue
+        out.append(record)
+    return out
+
+
+def act(verdict: Verdict, found: Target, vm: dict | None, records: list[Record], ctx: KubeContext[Settings],
+        delivery: str, tick: bool) -> Outcome:
+    subject, now, ledger = _subject(found), ctx.clock(), _ledger(ctx)
+    s = verdict.stuck
+    episode = s.instance if verdict.action is Action.REPORT and s is not None else None
+    waiting = s.instance if verdict.action is Action.WAIT and s is not None else None
+    ended = []
+    for record in (r for r in records if r.open and r.finding.key not in (episode, waiting)):
+        because = ("a new episode began (another VMI or migration)" if episode is not None else
+                   f"the VMI it was about is gone or was replaced ({verdict.reason})"
+                   if verdict.action is Action.WAIT else verdict.reason)
+        notice = ledger.resolve(record, delivery, now, summary=resolved_message(record, because),
+                                details={"because": because})
+        if notice is not None:  # the finding's Event turns Normal, with the end in its message
+            ended.append(notice.reply())
+    if episode is None or vm is None or s is None:
+        return Outcome(verdict.action.value, effect="resolved" if ended else "none", subject=subject,
+                       reason=verdict.reason, reply=ended[0] if ended else None)
+    opened = finding(verdict, vm, found.migration)
+    current = next((r for r in records if r.open and r.finding.key == episode), None)
+    changed = current is not None and current.finding.details.get("cause") != opened.details.get("cause")
+    notice = ledger.sighted(opened, vm, delivery, now, message=event_message(verdict, vm, found.migration),
+                            count=not tick, update=changed)
+    if notice is None:
+        return Outcome(verdict.action.value, effect="seen-again", subject=subject, reason=verdict.reason,
+                       reply=ended[0] if ended else None)
+    return Outcome(verdict.action.value, effect=f"detected-{verdict.cause.value if verdict.cause else 'unknown'}",
+                   subject=subject, reason=verdict.reason, reply=notice.reply())

@@ -1,0 +1,190 @@
+"""vm-stuck-report's reads: what explains one stuck VM, read fresh and turned into facts (facts.py) — the launcher or
+migration target pod, its condition, container states and Events; the PVCs, StorageClasses, PVs and Longhorn
+volumes; the node; the ResourceQuotas; KubeVirt's Events. Only what the state can need is read."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from functions.vm_stuck_report.decide import ATTACH_REASONS
+from functions.vm_stuck_report.facts import (
+    EventFact,
+    Facts,
+    NodeFacts,
+    PodFacts,
+    Stuck,
+    VolumeFacts,
+    exceeded,
+    quantity,
+)
+from functions.vm_stuck_report.settings import Settings
+from shared import kubevirt as kv
+from shared import objects as o
+from shared.findings import record_of
+from shared.kube import EVENT, POD, PV, PVC, Kind
+from shared.runtime import KubeContext
+
+NODE = Kind("v1", "Node", "nodes", namespaced=False)
+QUOTA = Kind("v1", "ResourceQuota", "resourcequotas")
+STORAGE_CLASS = Kind("storage.k8s.io/v1", "StorageClass", "storageclasses", namespaced=False)
+LONGHORN_VOLUME = Kind("longhorn.io/v1beta2", "Volume", "volumes")
+LONGHORN_DRIVER = "driver.longhorn.io"
+CREATED_BY = "kubevirt.io/created-by"          # types.go CreatedByLabel: the launcher pod's VMI uid
+MIGRATION_JOB = "kubevirt.io/migrationJobUID"  # types.go MigrationJobLabel: the target pod's VMIM uid
+KUBEVIRT_REASONS = ("FailedCreate", "FailedPvcNotFound", "FailedScheduling")
+DEVICE_CONFLICT = "device-conflict"
+
+
+def read_facts(ctx: KubeContext[Settings], s: Stuck, vm: dict, vmi: dict | None, vmim: dict | None,
+               events: list[dict]) -> Facts:
+    """Everything decide.diagnose looks at, read fresh; nothing is read that the state cannot need."""
+    namespace = kv.meta(vm).get("namespace") or "default"
+    vmi_uid = kv.meta(vmi).get("uid") if vmi else None
+    spec = o.mapping(vmi, "spec") if vmi else o.mapping(vm, "spec", "template", "spec")
+    kubevirt_events = tuple(_event(e) for e in events if e.get("reason") in KUBEVIRT_REASONS
+                            and _current(e, s, vmi_uid))
+    if s.group in ("stopping", "terminating"):
+        return Facts(s, vmi_deleting=bool(kv.meta(vmi).get("deletionTimestamp")) if vmi else False,
+                     vmi_finalizers=tuple(str(f) for f in o.array(vmi, "metadata", "finalizers")) if vmi else (),
+                     node=_node(ctx, o.string(vmi, "status", "nodeName")) if vmi else None,
+                     kubevirt_events=kubevirt_events)
+    conflict = next((r.finding.summary for r in (record_of(e) for e in events if source_of(e) == DEVICE_CONFLICT)
+                     if r is not None and r.open and r.involved.get("kind") == "VirtualMachine"), "")
+    if conflict:
+        return Facts(s, device_conflict=conflict)
+    looked_for = "migration target" if vmim else "launcher"
+    selector = f"{MIGRATION_JOB}={kv.meta(vmim).get('uid')}" if vmim else (f"{CREATED_BY}={vmi_uid}" if vmi_uid
+                                                                             else None)
+    pod = _newest(list(ctx.kube.list(POD, namespace, label_selector=selector))) if selector else None
+    pod_facts = _pod(ctx, pod, namespace) if pod else None
+    attach = bool(pod_facts and any(e.reason in ATTACH_REASONS for e in pod_facts.events))
+    volumes = tuple(_volume(ctx, namespace, v, attach) for v in o.objects(spec, "volumes")
+                    if o.text(v, "persistentVolumeClaim", "claimName") or o.text(v, "dataVolume", "name"))
+    node_name = (o.string(pod, "spec", "nodeName") if pod else "") or (o.string(vmi, "status", "nodeName")
+                                                                         if vmi and not vmim else "")
+    quotas: tuple = ()
+    refused = any(e.reason == "FailedCreate" and "quota" in e.message for e in kubevirt_events)
+    if pod is None or refused:  # a pod that exists was admitted: a quota cannot be what holds it
+        source = _newest(list(ctx.kube.list(POD, namespace, label_selector=f"{CREATED_BY}={vmi_uid}"))) \
+            if vmim and vmi_uid else None
+        requests = _requests(source) if source else _vmi_requests(spec)
+        quotas = tuple(q for quota in ctx.kube.list(QUOTA, namespace) for q in exceeded(quota, requests))
+    devices = frozenset(str(d.get("deviceName")) for key in ("hostDevices", "gpus")
+                        for d in o.objects(spec, "domain", "devices", key) if d.get("deviceName"))
+    nodes_with: dict[str, tuple[str, ...]] = {}
+    total = 0
+    message = pod_facts.scheduled[2] if pod_facts and pod_facts.scheduled else ""
+    if any(f"Insufficient {d}" in message for d in devices):
+        nodes = list(ctx.kube.list(NODE))
+        total = len(nodes)
+        for device in devices:
+            nodes_with[device] = tuple(sorted(
+                o.string(n, "metadata", "name") for n in nodes
+                if (quantity(o.strings(n, "status", "allocatable").get(device)) or 0) > 0))
+    return Facts(s, vmi_deleting=bool(kv.meta(vmi).get("deletionTimestamp")) if vmi else False,
+                 pod=pod_facts, pod_looked_for=looked_for, volumes=volumes,
+                 node=_node(ctx, node_name) if node_name else None, quotas=quotas, kubevirt_events=kubevirt_events,
+                 device_resources=devices, nodes_with=nodes_with, nodes_total=total)
+
+
+def _current(event: dict, s: Stuck, vmi_uid: str | None) -> bool:
+    """KubeVirt's Event about this episode: on this VMI (or the VM), written since the episode began."""
+    involved = event.get("involvedObject") or {}
+    if involved.get("kind") == "VirtualMachineInstance" and vmi_uid and involved.get("uid") not in (None, vmi_uid):
+        return False
+    last = kv.parse_time(event.get("lastTimestamp") or event.get("eventTime"))
+    return last is None or last >= s.since.replace(microsecond=0)
+
+
+def _event(event: dict) -> EventFact:
+    involved = event.get("involvedObject") or {}
+    return EventFact(f"{involved.get('kind')}/{involved.get('name')}", str(event.get("reason") or ""),
+                     str(event.get("message") or ""), int(event.get("count") or 1))
+
+
+def source_of(event: dict) -> str:
+    return str((event.get("source") or {}).get("component") or "")
+
+
+def _newest(pods: list[dict]) -> dict | None:
+    live = [p for p in pods if not kv.meta(p).get("deletionTimestamp")] or pods
+    return max(live, key=lambda p: str(kv.meta(p).get("creationTimestamp") or ""), default=None)
+
+
+def _pod(ctx: KubeContext[Settings], pod: dict, namespace: str) -> PodFacts:
+    name = o.string(pod, "metadata", "name")
+    condition = next((c for c in kv.conditions_of(pod) if c.get("type") == "PodScheduled"), None)
+    waiting = tuple((str(c.get("name") or ""), o.string(c, "state", "waiting", "reason"),
+                     o.string(c, "state", "waiting", "message"))
+                    for c in o.objects(pod, "status", "containerStatuses") if o.text(c, "state", "waiting", "reason"))
+    events = tuple(_event(e) for e in sorted(
+        ctx.kube.list(EVENT, namespace, field_selector=f"involvedObject.name={name}"),
+        key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+        if (e.get("involvedObject") or {}).get("kind") == "Pod")
+    scheduled = (str(condition.get("status") or ""), str(condition.get("reason") or ""),
+                 str(condition.get("message") or "")) if condition else None
+    return PodFacts(name, o.string(pod, "spec", "nodeName"), o.string(pod, "status", "phase"), scheduled, waiting,
+                    events)
+
+
+def _volume(ctx: KubeContext[Settings], namespace: str, volume: dict, follow: bool) -> VolumeFacts:
+    """A PVC-backed volume: the PVC's phase; for a pending one its StorageClass; for one whose attach failed,
+    followed through its PV to the Longhorn volume."""
+    claim = o.text(volume, "persistentVolumeClaim", "claimName") or o.string(volume, "dataVolume", "name")
+    facts = VolumeFacts(str(volume.get("name") or ""), claim)
+    pvc = ctx.kube.get(PVC, namespace, claim)
+    if pvc is None:
+        return replace(facts, found=False)
+    facts = replace(facts, phase=o.string(pvc, "status", "phase"), storage_class=o.string(pvc, "spec",
+                                                                                           "storageClassName"))
+    if facts.phase != "Bound" and facts.storage_class:
+        sc = ctx.kube.get(STORAGE_CLASS, None, facts.storage_class)
+        return replace(facts, class_found=sc is not None, provisioner=o.string(sc, "provisioner") if sc else "",
+                       binding_mode=o.string(sc, "volumeBindingMode") if sc else "")
+    pv_name = o.text(pvc, "spec", "volumeName")
+    if not follow or facts.phase != "Bound" or not pv_name:
+        return facts
+    pv = ctx.kube.get(PV, None, pv_name)
+    csi = o.mapping(pv, "spec", "csi")
+    if not pv or csi.get("driver") != LONGHORN_DRIVER or not o.text(csi, "volumeHandle"):
+        return facts
+    lh = ctx.kube.get(LONGHORN_VOLUME, ctx.settings.longhorn_namespace, str(csi["volumeHandle"]))
+    return replace(facts, longhorn=str(csi["volumeHandle"]),
+                   longhorn_state=o.string(lh, "status", "state") if lh else "not found",
+                   longhorn_robustness=o.string(lh, "status", "robustness") if lh else "")
+
+
+def _node(ctx: KubeContext[Settings], name: str) -> NodeFacts | None:
+    if not name:
+        return None
+    node = ctx.kube.get(NODE, None, name)
+    if node is None:
+        return NodeFacts(name, found=False)
+    ready = next((c for c in kv.conditions_of(node) if c.get("type") == "Ready"), {})
+    taints = tuple(f"{t.get('key')}:{t.get('effect')}" for t in o.objects(node, "spec", "taints"))
+    return NodeFacts(name, ready=str(ready.get("status") or ""), ready_reason=str(ready.get("reason") or ""),
+                     ready_since=str(ready.get("lastTransitionTime") or ""),
+                     unschedulable=o.flag(node, "spec", "unschedulable") is True, taints=taints)
+
+
+def _requests(pod: dict) -> dict[str, str]:
+    """A pod's cpu and memory requests, summed over its containers (what the quota admission counts)."""
+    total: dict[str, float] = {}
+    for container in o.objects(pod, "spec", "containers"):
+        for resource, value in o.strings(container, "resources", "requests").items():
+            if resource in ("cpu", "memory"):
+                total[resource] = total.get(resource, 0.0) + (quantity(value) or 0.0)
+    return {k: _format(k, v) for k, v in total.items()}
+
+
+def _vmi_requests(spec: Mapping) -> dict[str, str]:
+    """The guest's own requests, for a launcher pod that could not be created (KubeVirt adds its overhead)."""
+    found = o.strings(spec, "domain", "resources", "requests")
+    return {k: v for k, v in found.items() if k in ("cpu", "memory")}
+
+
+def _format(resource: str, value: float) -> str:
+    if resource == "memory":
+        return f"{value / 2**30:.0f}Gi" if value % 2**30 == 0 else f"{value / 2**20:.0f}Mi" if value >= 2**20 \
+            else f"{value:.0f}"
+    return f"{value * 1000:.0f}m"

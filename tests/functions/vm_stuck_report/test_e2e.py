@@ -1,0 +1,357 @@
+"""vm-stuck-report end to end, on both backends: the API server (simulated, or a real kube-apiserver), the simulated
+KubeVirt writing each VM's printableStatus from its VMI as virt-controller does, the local broker routing by the
+Trigger in deploy/, the PingSource, and the function as a real functions-framework server with the credentials of its
+own ServiceAccount.
+
+Each test sets a cause up through the cluster's objects — Nodes, PVCs, StorageClasses, PVs, Longhorn volumes,
+ResourceQuotas, an image the kubelet cannot pull — lets KubeVirt's part (and the scheduler's and the kubelet's
+stand-ins) put the VM in the state KubeVirt names, waits past the threshold, and checks the report's cause, evidence
+and next step, one `.detected` over several ticks, then removes the cause and checks one `.resolved`. The tests
+rely only on the status words KubeVirt writes, so they hold when the real virt-controller writes them. The
+simulated KubeVirt does not model migration: the migration tests play its migration controller's part (the VMIM, its
+condition and the VMI's FailedCreate Event, as migration.go writes them), as migration-report's do.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from simcluster.builders import stuck as b
+from tests import backends, e2e
+from tests.e2e import backends_only, eventually
+from tests.rbac import assert_exact_rbac
+
+pytestmark = pytest.mark.e2e
+FUNCTION = "vm-stuck-report"
+FUNCTION_SA = "vmevents/vm-stuck-report"
+AFTER = 2.0  # VM_STUCK_AFTER in these tests, seconds
+GPU = "nvidia.com/NVIDIA_L40S-8Q"
+_names = itertools.count(1)
+
+
+class World(e2e.World):
+    function_sa = FUNCTION_SA
+
+    def __init__(self, version: str, backend: str):
+        # On the real backend the simulator's KubeVirt plays virt-controller too (virt_controller=False): the
+        # causes are set up through its scheduler, volume and node stand-ins, which the node-only stand-in under
+        # KubeVirt's own virt-controller does not have yet (the statuses it writes are KubeVirt's words,
+        # docs/facts.md §7, checked against virt-controller in tests/simcluster/test_kubevirt_fidelity.py).
+        super().__init__(version, backend=backend, kubevirt={"step_delay": 0.01, "volumes": True},
+                         cluster=backends.cluster(backend, version, virt_controller=False),
+                         env_overrides={FUNCTION: {"VM_STUCK_AFTER": f"{AFTER:.0f}s"}})
+
+    # -- set-up --------------------------------------------------------------------------------
+    def create_vm(self, **kw) -> str:
+        name = f"stuck{next(_names)}"
+        obj = b.vm(name, status=None, **kw)
+        obj["metadata"] = {"name": name, "namespace": "default"}
+        obj.pop("status")
+        self.cluster.create(obj)
+        return name
+
+    def vm(self, name):
+        return self.cluster.get("kubevirt.io/v1", "VirtualMachine", "default", name)
+
+    def status(self, name):
+        return ((self.vm(name) or {}).get("status") or {}).get("printableStatus")
+
+    def wait_status(self, name, *wanted):
+        return eventually(lambda: self.status(name) in wanted, timeout=20, what=f"VM {name} {'/'.join(wanted)}")
+
+    def halt(self, name):
+        self.cluster.patch("kubevirt.io/v1", "VirtualMachine", "default", name, {"spec": {"runStrategy": "Halted"}})
+
+    def node_status(self, name, patch):
+        self.cluster.patch("v1", "Node", None, name, {"status": patch}, subresource="status")
+
+    # -- looking -------------------------------------------------------------------------------
+    def notices(self, name, state="detected"):
+        """The finding data of every notice in that state about VM `name`, alone or in a re-scan's summary."""
+        found = []
+        for event in list(self.knative.broker.received):
+            if event["source"] != f"/vmevents/{FUNCTION}":
+                continue
+            data = e2e.data_of(event)
+            for item in data.get("findings", [data]):
+                if item.get("details", {}).get("vm") == f"default/{name}" and item.get("state") == state:
+                    found.append(item)
+        return found
+
+    def events(self, name):
+        return [e for e in self.cluster.list("v1", "Event", "default")
+                if (e.get("source") or {}).get("component") == FUNCTION and e["involvedObject"]["name"] == name]
+
+    def reported(self, name):
+        """Past the threshold, ticks until the one `.detected` notice; then two more ticks announce nothing."""
+        time.sleep(AFTER + 1)
+        for _ in range(20):
+            self.tick()
+            if self.notices(name):
+                break
+        [notice] = eventually(lambda: self.notices(name), what=f"a .detected notice about {name}")
+        self.tick()
+        self.tick()
+        assert len(self.notices(name)) == 1, "a stuck VM is announced once per episode"
+        [event] = self.events(name)
+        assert event["reason"] == "VMStuck" and event["type"] == "Warning"
+        return notice
+
+    def resolved(self, name):
+        """Ticks until the one `.resolved` notice; a further tick announces nothing."""
+        for _ in range(20):
+            self.tick()
+            if self.notices(name, "resolved"):
+                break
+        [notice] = eventually(lambda: self.notices(name, "resolved"), what=f"a .resolved notice about {name}")
+        self.tick()
+        assert len(self.notices(name, "resolved")) == 1 and len(self.notices(name)) == 1, \
+            [(n["details"]["state"], n["details"]["instance"], n["key"], n.get("episode")) for n in self.notices(name)]
+        [event] = self.events(name)
+        assert event["type"] == "Normal"
+        return notice
+
+
+@pytest.fixture(scope="module", **backends_only())
+def world(request):
+    with World(*request.param) as w:
+        yield w
+
+
+@pytest.fixture
+def nodes(world):
+    """Node objects for a test (the scheduler stand-in places on them), removed after it."""
+    made: list[str] = []
+
+    def make(*objs):
+        for obj in objs:
+            world.cluster.create(obj)
+            made.append(obj["metadata"]["name"])
+            # kube-apiserver's TaintNodesByCondition gave it node.kubernetes.io/not-ready; the node lifecycle
+            # controller (not running here) removes it from a Ready node: the test plays it
+            world.cluster.patch("v1", "Node", None, obj["metadata"]["name"],
+                                {"spec": {"taints": (obj.get("spec") or {}).get("taints") or None}})
+
+    yield make
+    for name in made:
+        world.cluster.delete("v1", "Node", None, name)
+
+
+def _check(notice, state, cause, evidence, step):
+    d = notice["details"]
+    assert state in (d["state"], d["group"]), d
+    assert d["cause"] == cause, (d["cause"], d["evidence"], d["checked"])
+    assert any(evidence in e for e in d["evidence"]), d["evidence"]
+    assert step.lower() in d["nextStep"].lower(), d["nextStep"]
+    assert notice["advice"] == [d["nextStep"]] and notice["category"] == f"stuck-{d['group']}"
+
+
+# -- starting ---------------------------------------------------------------------------------------
+def test_insufficient_memory(world, nodes):
+    nodes(b.node("mem-a", allocatable={"cpu": "8", "memory": "4Gi", "pods": "110"}))
+    name = world.create_vm(memory="16Gi")
+    world.wait_status(name, "ErrorUnschedulable")
+    notice = world.reported(name)
+    _check(notice, "ErrorUnschedulable", "insufficient-resources", "1 Insufficient memory", "lower the VM's request")
+    assert any("FailedScheduling" in e for e in notice["details"]["evidence"])  # the scheduler's Event, read
+    world.node_status("mem-a", {"allocatable": {"cpu": "8", "memory": "64Gi", "pods": "110"}})
+    world.wait_status(name, "Running")
+    assert "Running" in world.resolved(name)["details"]["because"]
+
+
+def test_a_device_only_one_node_has(world, nodes):
+    nodes(b.node("gpu-a"), b.node("gpu-b", allocatable={"cpu": "8", "memory": "32Gi", "pods": "110", GPU: "1"}))
+    name = world.create_vm(devices=(GPU, GPU))
+    world.wait_status(name, "ErrorUnschedulable")
+    notice = world.reported(name)
+    _check(notice, "ErrorUnschedulable", "device-on-one-node", "only node gpu-b of 2 has any", "Only gpu-b has")
+    world.halt(name)
+    world.wait_status(name, "Stopped")
+    world.resolved(name)
+
+
+def test_a_node_selector_no_node_matches(world, nodes):
+    nodes(b.node("sel-a"))
+    name = world.create_vm(node_selector={"disktype": "nvme"})
+    world.wait_status(name, "ErrorUnschedulable")
+    _check(world.reported(name), "ErrorUnschedulable", "node-placement", "didn't match Pod's node affinity/selector",
+           "nodeSelector")
+    world.cluster.patch("v1", "Node", None, "sel-a", {"metadata": {"labels": {"disktype": "nvme"}}})
+    world.wait_status(name, "Running")
+    world.resolved(name)
+
+
+def test_a_taint_the_vm_does_not_tolerate(world, nodes):
+    nodes(b.node("taint-a", taints=({"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},)))
+    name = world.create_vm()
+    world.wait_status(name, "ErrorUnschedulable")
+    _check(world.reported(name), "ErrorUnschedulable", "node-placement", "untolerated taint {dedicated: gpu}",
+           "toleration")
+    world.cluster.patch("v1", "Node", None, "taint-a", {"spec": {"taints": None}})
+    world.wait_status(name, "Running")
+    world.resolved(name)
+
+
+def test_every_node_that_fits_is_cordoned(world, nodes):
+    nodes(b.node("cordon-a", unschedulable=True))
+    name = world.create_vm()
+    world.wait_status(name, "ErrorUnschedulable")
+    _check(world.reported(name), "ErrorUnschedulable", "node-unschedulable", "1 node(s) were unschedulable",
+           "uncordon")
+    world.cluster.patch("v1", "Node", None, "cordon-a", {"spec": {"unschedulable": None}})
+    world.wait_status(name, "Running")
+    world.resolved(name)
+
+
+def test_a_start_blocked_by_a_device_another_vm_holds_is_device_conflicts_finding(world, nodes):
+    resource = "intel.com/82599_ETHERNET_CONTROLLER_VIRTUAL_FUNCTION"
+    nodes(b.node("vf-a", allocatable={"cpu": "8", "memory": "32Gi", "pods": "110", resource: "1"}))
+    holder = world.create_vm(devices=(resource,))
+    world.wait_status(holder, "Running")
+    blocked = world.create_vm(devices=(resource,))  # names the same host device (dev0)
+    world.wait_status(blocked, "ErrorUnschedulable")
+    time.sleep(AFTER + 1)
+    for _ in range(3):
+        world.tick()
+    conflict = eventually(lambda: [e for e in world.cluster.list("v1", "Event", "default")
+                                   if (e.get("source") or {}).get("component") == "device-conflict"
+                                   and e["involvedObject"]["name"] == blocked], what="device-conflict's finding")
+    assert conflict and not world.notices(blocked) and not world.events(blocked)
+    world.halt(blocked)
+    world.halt(holder)
+    world.wait_status(blocked, "Stopped")
+
+
+def test_a_pvc_that_does_not_exist(world):
+    name = world.create_vm(claims=("missing-disk",))
+    world.wait_status(name, "ErrorPvcNotFound")
+    notice = world.reported(name)
+    _check(notice, "ErrorPvcNotFound", "volume-missing", "PVC missing-disk, which does not exist",
+           "Create PVC missing-disk")
+    assert any("FailedPvcNotFound" in e for e in notice["details"]["evidence"])  # KubeVirt's own Event, read
+    world.cluster.create(b.pvc("missing-disk", phase="Bound", volume="pv-missing-disk"))
+    world.wait_status(name, "Running")
+    world.resolved(name)
+
+
+def test_a_pvc_whose_storage_class_does_not_exist(world):
+    world.cluster.create(b.pvc("unbound-disk", storage_class="fast-nvme"))
+    name = world.create_vm(claims=("unbound-disk",))
+    world.wait_status(name, "ErrorUnschedulable")
+    _check(world.reported(name), "ErrorUnschedulable", "volume-unbound", "StorageClass fast-nvme does not exist",
+           "Create StorageClass fast-nvme")
+    world.cluster.patch("v1", "PersistentVolumeClaim", "default", "unbound-disk", {"status": {"phase": "Bound"}},
+                        subresource="status")
+    world.wait_status(name, "Running")
+    world.resolved(name)
+
+
+def test_a_pvc_its_provisioner_never_binds(world):
+    world.cluster.create(b.storage_class("slow-nfs", provisioner="nfs.csi.k8s.io"))
+    world.cluster.create(b.pvc("nfs-disk", storage_class="slow-nfs"))
+    name = world.create_vm(claims=("nfs-disk",))
+    world.wait_status(name, "ErrorUnschedulable")
+    _check(world.reported(name), "ErrorUnschedulable", "volume-unbound", "provisioner nfs.csi.k8s.io",
+           "Check provisioner nfs.csi.k8s.io")
+    world.halt(name)
+    world.wait_status(name, "Stopped")
+    world.resolved(name)
+
+
+def test_a_faulted_longhorn_volume_fails_the_attach(world):
+    world.cluster.create(b.pvc("lh-disk", phase="Bound", volume="pvc-lh-disk"))
+    world.cluster.create(b.pv("pvc-lh-disk", "pvc-lh-disk", "lh-disk"))
+    world.cluster.create(b.longhorn_volume("pvc-lh-disk", state="detached", robustness="faulted"))
+    name = world.create_vm(claims=("lh-disk",))
+    world.wait_status(name, "Starting")
+    notice = world.reported(name)
+    _check(notice, "Starting", "volume-attach", "FailedAttachVolume", "Salvage")
+    assert any("Longhorn volume pvc-lh-disk: state detached, robustness faulted" in e
+               for e in notice["details"]["evidence"])
+    world.cluster.patch("longhorn.io/v1beta2", "Volume", b.LONGHORN_NS, "pvc-lh-disk",
+                        {"status": {"robustness": "healthy", "state": "attached"}}, subresource="status")
+    world.wait_status(name, "Running")
+    world.resolved(name)
+
+
+def test_an_image_the_kubelet_cannot_pull(world):
+    name = world.create_vm(image="registry.example.invalid/vms/fedora:41")
+    world.wait_status(name, "ErrImagePull")
+    _check(world.reported(name), "ErrImagePull", "image-pull", "ErrImagePull", "Fix the image")
+    world.halt(name)
+    world.wait_status(name, "Stopped")
+    world.resolved(name)
+
+
+# -- stopping ---------------------------------------------------------------------------------------
+def test_a_stop_its_node_never_completes(world, nodes):
+    nodes(b.node("down-a"))
+    name = world.create_vm()
+    world.wait_status(name, "Running")
+    world.node_status("down-a", {"conditions": [{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+                                                 "lastHeartbeatTime": b.stamp(b.NOW),
+                                                 "lastTransitionTime": b.stamp(b.NOW)}]})
+    world.halt(name)
+    world.wait_status(name, "Stopping")
+    notice = world.reported(name)
+    _check(notice, "stopping", "stop-not-honoured", "node down-a: Ready=Unknown (NodeStatusUnknown)",
+           "kubectl delete node down-a")
+    world.node_status("down-a", {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                                 "lastHeartbeatTime": b.stamp(b.NOW),
+                                                 "lastTransitionTime": b.stamp(b.NOW)}]})
+    world.wait_status(name, "Stopped")
+    world.resolved(name)
+
+
+# -- migrations that do not start: the test plays KubeVirt's migration controller -------------------
+def _migrate(world, name, **kw):
+    vmi = eventually(lambda: (v := world.vmi(name)) and (v.get("status") or {}).get("phase") == "Running" and v,
+                     what=f"VMI {name} Running")
+    obj = b.vmim(vmi, name=f"{name}-mig", **kw)
+    obj["metadata"] = {"name": obj["metadata"]["name"], "namespace": "default"}  # the server names the rest
+    return vmi, world.cluster.create(obj)
+
+
+def test_a_migration_a_resource_quota_has_no_room_for(world):
+    name = world.create_vm(memory="2Gi")
+    world.wait_status(name, "Running")
+    world.cluster.create(b.quota("vm-quota", hard={"requests.memory": "4Gi"}, used={"requests.memory": "3Gi"}))
+    vmi, vmim = _migrate(world, name, rejected_by_quota=True)
+    world.cluster.create(b.event(vmi, "FailedCreate", f'Error creating pod: pods "virt-launcher-{name}-x" is '
+                                 f'forbidden: exceeded quota: vm-quota, requested: requests.memory=2200Mi, used: '
+                                 f'requests.memory=3Gi, limited: requests.memory=4Gi',
+                                 component="virtualmachine-controller",
+                                 when=datetime.now(UTC)))
+    notice = world.reported(name)
+    _check(notice, "MigrationPending", "quota-exceeded", "ResourceQuota vm-quota: requests.memory used 3Gi of 4Gi",
+           "Raise vm-quota")
+    assert notice["details"]["migration"] == vmim["metadata"]["name"]
+    world.cluster.delete("kubevirt.io/v1", "VirtualMachineInstanceMigration", "default", vmim["metadata"]["name"])
+    assert "no longer exists" in world.resolved(name)["details"]["because"]
+    world.cluster.delete("v1", "ResourceQuota", "default", "vm-quota")
+
+
+def test_a_migration_pending_for_no_reason_the_facts_show_is_unknown_and_says_what_was_checked(world):
+    name = world.create_vm()
+    world.wait_status(name, "Running")
+    _, vmim = _migrate(world, name)
+    d = world.reported(name)["details"]
+    assert d["cause"] == "unknown" and not d["evidence"]
+    assert any("no migration target pod exists" in c for c in d["checked"]) and \
+        any(c.startswith("ResourceQuotas:") for c in d["checked"])
+    world.cluster.delete("kubevirt.io/v1", "VirtualMachineInstanceMigration", "default", vmim["metadata"]["name"])
+    world.resolved(name)
+
+
+def test_a_vm_that_settles_in_time_is_never_reported(world):
+    name = world.create_vm()
+    world.wait_status(name, "Running")
+    world.tick()
+    assert not world.notices(name) and not world.events(name)
+
+
+def test_the_function_needs_nothing_beyond_its_shipped_rbac(world):
+    assert_exact_rbac(world.cluster.requests, FUNCTION_SA)
