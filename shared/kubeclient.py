@@ -48,7 +48,13 @@ def _deferred_package(name: str) -> ModuleType:
         try:
             return module.__dict__[attribute]
         except KeyError:
-            raise AttributeError(f"module {name!r} has no attribute {attribute!r}") from None
+            pass
+        # kubernetes 37's client and models packages load their classes lazily with a module __getattr__ of
+        # their own, which the __init__ just run put in place of this one: the first name asked goes to it too.
+        own = module.__dict__.get("__getattr__")
+        if own is not None and own is not complete:
+            return own(attribute)
+        raise AttributeError(f"module {name!r} has no attribute {attribute!r}")
 
     module.__getattr__ = complete  # type: ignore[method-assign]
     sys.modules[name] = module

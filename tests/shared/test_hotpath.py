@@ -115,6 +115,15 @@ def test_what_was_left_out_is_still_there_when_asked_for():
 
 
 @pytest.mark.timeout(600)
+def test_a_model_asked_of_the_models_package_first_is_there():
+    # What ApiClient.deserialize and Watch do: getattr(kubernetes.client.models, "V1Pod") before anything else
+    # completed the package (kubernetes 37's models package has a lazy __getattr__ of its own).
+    found = _fresh("import json; import shared.kube; import kubernetes.client.models as m; "
+                   "print(json.dumps([m.V1Pod.__name__, m.V1Status.__name__]))")
+    assert found == ["V1Pod", "V1Status"]
+
+
+@pytest.mark.timeout(600)
 def test_in_a_pod_the_kubeconfig_loader_and_its_auth_plugins_stay_out(tmp_path, monkeypatch):
     # incluster_config reads the token and CA from fixed paths; point its loader at ours.
     (tmp_path / "token").write_text("t")
