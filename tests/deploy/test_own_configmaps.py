@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
@@ -21,6 +22,11 @@ OWN = {DEVICE_CONFLICT: "vmevents-device-assignments", MIGRATION_REPORT: "vmeven
 @pytest.fixture(scope="module", params=[p for p in backends.params() if p.id == "real"])
 def cluster(request):
     c = backends.cluster(request.param, "1.3.1")
+    # A ValidatingAdmissionPolicy and its binding, just applied, are enforced once kube-apiserver's policy
+    # informer has them (k8s.io/apiserver validatingadmissionpolicy: eventually consistent): wait for that.
+    deadline = time.monotonic() + 30
+    while create(c, "anything", DEVICE_CONFLICT)[0] and time.monotonic() < deadline:
+        time.sleep(0.5)
     yield c
     c.stop()
 
