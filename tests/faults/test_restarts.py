@@ -37,7 +37,10 @@ _stories = itertools.count(1)
 
 @pytest.fixture(scope="module")
 def world():
-    with CleanupWorld("1.3.1", backends.REAL) as w:
+    # The simulator's KubeVirt plays virt-controller here: these scenarios were proven before KubeVirt's own
+    # ran under the real backend, and it is not yet shown through an API-server or etcd outage (it holds a
+    # leader lease that an outage can end). Its recovery is a scenario of its own.
+    with CleanupWorld("1.3.1", backends.REAL, virt_controller=False) as w:
         yield w
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from simcluster.builders.kubevirt import make_vmi
 from simcluster.play import virtctl_start
-from tests import e2e
+from tests import backends, e2e
 from tests.e2e import eventually, kubevirt_versions
 from tests.rbac import assert_exact_rbac
 
@@ -29,8 +29,10 @@ class World(e2e.World):
     function_sa = FUNCTION_SA
     settle = e2e.World.settle_with_kubevirt
 
-    def __init__(self, version: str, backend: str):
-        super().__init__(version, backend=backend, kubevirt={"step_delay": 0.01},
+    def __init__(self, version: str, backend: str, virt_controller: bool = True):
+        """virt_controller=False: on the real backend the simulator's KubeVirt plays virt-controller too."""
+        cluster = None if virt_controller else backends.cluster(backend, version, virt_controller=False)
+        super().__init__(version, backend=backend, kubevirt={"step_delay": 0.01}, cluster=cluster,
                          env_overrides={"vmi-cleanup": {"CLEANUP_AFTER": "0s"}})
 
     # -- helpers ------------------------------------------------------------------------------
