@@ -24,27 +24,24 @@ from functions.io_pause_report.decide import (
     Facts,
     KubeVirtErrors,
     Verdict,
-    VolumeFacts,
     decide,
     io_paused,
 )
 from functions.io_pause_report.settings import Settings
+from functions.io_pause_report.volumes import NO_SPACE, fetch_volumes, to_int
 from functions.io_pause_report.wording import advice, event_message, finding, named, reply_data
 from shared import kubevirt as kv
 from shared import rescan as rescans
 from shared.findings import Ledger, Record, record_of, summary
 from shared.intake import Incoming, about, may_concern
-from shared.kube import EVENT, LONGHORN_ENGINE, LONGHORN_VOLUME, NAMESPACE, PV, PVC, VMI, Forbidden, KubeError
+from shared.kube import EVENT, NAMESPACE, VMI
 from shared.runtime import KubeContext, Outcome
 
 FUNCTION = "io-pause-report"
 REASON = "IOErrorPause"
 RESOLVED_REASON = "IOErrorPauseResolved"
 KUBEVIRT_REASON = "IOerror"                      # pkg/virt-launcher/virtwrap/cache... SendK8sEvent (docs/facts.md §5)
-LONGHORN_DRIVER = "driver.longhorn.io"
-LONGHORN_VOLUME_LABEL = "longhornvolume"         # longhorn-manager types.GetVolumeLabels, on every Engine
 
-_NO_SPACE = re.compile(r"not enough space|no space|insufficient storage", re.IGNORECASE)
 _KUBEVIRT_VOLUME = re.compile(r"(?:at the volume|on volume): (\S+)")
 
 
@@ -193,7 +190,7 @@ def read_episode(events: list[dict], involved: dict) -> Episode | None:
 def baseline_after_last_episode(events: list[dict], involved: dict, vmi: dict | None) -> int:
     """KubeVirt's IOerror count for this VMI when its last episode ended (its Events keep counting)."""
     uid = kv.meta(vmi).get("uid") if vmi else None
-    counts = [_int(r.finding.details.get("kubevirtCount")) for r in _records(events, involved)
+    counts = [to_int(r.finding.details.get("kubevirtCount")) for r in _records(events, involved)
               if not r.open and uid and r.finding.details.get("vmiUid") == uid]
     return max(counts, default=0)
 
@@ -215,84 +212,15 @@ def kubevirt_errors(events: list[dict], vmi: dict | None) -> KubeVirtErrors:
         message = event.get("message") or ""
         match = _KUBEVIRT_VOLUME.search(message)
         volume = match.group(1) if match else ""
-        per_volume[volume] = per_volume.get(volume, 0) + _int(event.get("count") or 1)
+        per_volume[volume] = per_volume.get(volume, 0) + to_int(event.get("count") or 1)
         if match and volume not in volumes:
             volumes.append(volume)
-        if _NO_SPACE.search(message):
+        if NO_SPACE.search(message):
             no_space = message
         when = kv.parse_time(event.get("lastTimestamp") or event.get("eventTime"))
         if when and (last is None or when > last):
             last = when
     return KubeVirtErrors(max(per_volume.values(), default=0), tuple(volumes), no_space, last)
-
-
-def fetch_volumes(ctx: KubeContext[Settings], vmi: dict, errors: KubeVirtErrors) -> tuple[VolumeFacts, ...]:
-    """The volumes KubeVirt named (else every PVC-backed volume), each followed to Longhorn."""
-    specs = ((vmi.get("spec") or {}).get("volumes") or [])
-    by_name = {v.get("name"): v for v in specs}
-    names = list(errors.volumes) or [v.get("name") for v in specs
-                                     if v.get("persistentVolumeClaim") or v.get("dataVolume")]
-    return tuple(_follow(ctx, kv.meta(vmi)["namespace"], name, by_name.get(name)) for name in names)
-
-
-def _follow(ctx: KubeContext[Settings], namespace: str, name: str, spec: dict | None) -> VolumeFacts:
-    claim = ((spec or {}).get("persistentVolumeClaim") or {}).get("claimName") or \
-        ((spec or {}).get("dataVolume") or {}).get("name")
-    if not claim:
-        source = next((k for k in (spec or {}) if k != "name"), None)
-        return VolumeFacts(name, unknown=f"not backed by a PVC ({source or 'not in the VMI spec'})")
-    facts = VolumeFacts(name, pvc=claim)
-    try:
-        pvc = ctx.kube.get(PVC, namespace, claim)
-        if pvc is None:
-            return replace(facts, unknown=f"PVC {namespace}/{claim} not found")
-        pv_name = (pvc.get("spec") or {}).get("volumeName")
-        pv = ctx.kube.get(PV, None, pv_name) if pv_name else None
-        if pv is None:
-            return replace(facts, unknown=f"PVC {claim} is not bound to a PersistentVolume")
-        facts = replace(facts, pv=pv_name)
-        csi = (pv.get("spec") or {}).get("csi") or {}
-        if csi.get("driver") != LONGHORN_DRIVER or not csi.get("volumeHandle"):
-            return replace(facts, unknown=f"not a Longhorn volume (CSI driver {csi.get('driver') or 'none'})")
-        return _longhorn(ctx, replace(facts, longhorn_volume=csi["volumeHandle"]), csi["volumeHandle"])
-    except Forbidden:  # the configuration's failure, not the volume's: it must reach the dead letter (500)
-        raise
-    except KubeError as exc:  # unreadable: still report the pause, and say why the storage is unknown
-        return replace(facts, unknown=f"could not be read ({exc})")
-
-
-def _longhorn(ctx: KubeContext[Settings], facts: VolumeFacts, name: str) -> VolumeFacts:
-    namespace = ctx.settings.longhorn_namespace
-    volume = ctx.kube.get(LONGHORN_VOLUME, namespace, name)
-    if volume is None:
-        return replace(facts, unknown=f"Longhorn volume {namespace}/{name} not found")
-    engines = [e for e in ctx.kube.list(LONGHORN_ENGINE, namespace, label_selector=f"{LONGHORN_VOLUME_LABEL}={name}")
-               if (e.get("spec") or {}).get("volumeName") in (None, name)]
-    return longhorn_facts(facts, volume, engines)
-
-
-def longhorn_facts(facts: VolumeFacts, volume: dict, engines: list[dict]) -> VolumeFacts:
-    """Robustness and state from the Volume; rebuild progress from its Engines' rebuildStatus."""
-    status, spec = volume.get("status") or {}, volume.get("spec") or {}
-    rebuilds = [r for e in engines for r in ((e.get("status") or {}).get("rebuildStatus") or {}).values()
-                if isinstance(r, dict) and r.get("isRebuilding")]
-    progress = min((int(r.get("progress") or 0) for r in rebuilds), default=None)
-    full = next((f"{c.get('reason')}: {c.get('message')}" for c in status.get("conditions") or ()
-                 if _NO_SPACE.search(f"{c.get('reason')} {c.get('message')}")), None)
-    full = full or next((r.get("error") for e in engines
-                         for r in ((e.get("status") or {}).get("rebuildStatus") or {}).values()
-                         if isinstance(r, dict) and _NO_SPACE.search(r.get("error") or "")), None)
-    return replace(facts, robustness=status.get("robustness"), state=status.get("state"), rebuilding=bool(rebuilds),
-                   progress=progress, size=_int(spec.get("size")) or None,
-                   actual_size=_int(status.get("actualSize")) or None,
-                   last_degraded_at=kv.parse_time(status.get("lastDegradedAt")), out_of_space=full)
-
-
-def _int(value) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return 0
 
 
 # -- act: the finding's life (shared/findings.py), and reply ---------------------------------------
@@ -347,7 +275,7 @@ def _episode_of(record: Record) -> Episode:
     """The episode a finding Event holds (read_episode's reading of one record)."""
     d = record.finding.details
     return Episode(start=str(d.get("episodeStart") or ""), vmi_uid=str(d.get("vmiUid") or ""),
-                   baseline=_int(d.get("baseline")), count=record.count, last=record.last_counted,
+                   baseline=to_int(d.get("baseline")), count=record.count, last=record.last_counted,
                    categories=frozenset(d.get("reportedCategories") or (record.finding.category,)),
                    message=record.finding.summary, category=record.finding.category,
                    reported_volumes=d["volumes"] if isinstance(d.get("volumes"), list) else None,

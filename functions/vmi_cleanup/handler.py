@@ -6,6 +6,7 @@ VMI and VM) → decide (functions/vmi_cleanup/decide.py, pure) → act (with pre
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -22,6 +23,9 @@ from shared.intake import Incoming, about, check_name, check_uid, may_concern
 from shared.kube import KUBEVIRT, NAMESPACE, VM, VMI, VMIM, Conflict, JsonPatch, Unavailable
 from shared.replies import Reply
 from shared.runtime import KubeContext, Outcome
+
+# How long a DELETE whose answer was lost waits for the API to answer a re-read: longer than an etcd restart.
+LOST_ANSWER_WAIT = 20.0
 
 PREVIOUS_ANNOTATION = "vmevents.io/previous-run-strategy"
 MAX_ATTEMPTS = 3
@@ -204,8 +208,17 @@ def _act(verdict: Verdict, vmi: dict[str, Any], vm: dict[str, Any] | None, ctx: 
 def _gone_since(ctx: KubeContext[Settings], meta: dict[str, Any]) -> bool:
     """After a DELETE whose answer was lost: is this very VMI (uid) gone, or going (a deletionTimestamp, KubeVirt's
     finalizer still on it)? Then the DELETE was applied, and a redelivery would find nothing to do and announce
-    nothing, so this answer must report it."""
-    fresh = ctx.kube.get(VMI, meta["namespace"], meta["name"])
+    nothing, so this answer must report it. The API that lost the answer may still be down (etcd stopped: the
+    DELETE is applied when it is back), so the re-read is tried for LOST_ANSWER_WAIT before the answer is a 503."""
+    deadline = time.monotonic() + LOST_ANSWER_WAIT
+    while True:
+        try:
+            fresh = ctx.kube.get(VMI, meta["namespace"], meta["name"])
+            break
+        except Unavailable:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(1.0)
     return fresh is None or kv.meta(fresh).get("uid") != meta["uid"] or bool(kv.meta(fresh).get("deletionTimestamp"))
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
 from datetime import UTC, datetime
 
 from functions_framework import create_app
@@ -43,10 +42,8 @@ class FuzzWorld:
         self.lines: list[bytes] = []
         self.clients = {}
         self._saved = {name: os.environ.get(name) for name in ("KUBECONFIG", "WEBHOOK_URL", "MIGRATION_SETTLE_EVERY")}
-        self._emit: Callable[[bytes], None] = runtime._emit
         try:
             self._seed()
-            runtime._emit = self.lines.append  # the log line, as the runtime encodes it
             for function, (package, account) in FUNCTIONS.items():
                 os.environ["KUBECONFIG"] = self.cluster.kubeconfig(service_account=account or "vmevents/none")
                 os.environ["WEBHOOK_URL"] = f"{self.receiver.url}/hook"
@@ -62,14 +59,16 @@ class FuzzWorld:
         device = dev.host_device()
         seeded = [self.cluster.create(dev.vm("vm2", device)), self.cluster.create(dev.vmi("vm2", device))]
         # device-conflict's parameter object as its re-scan leaves it: what any event then reads agrees with it,
-        # so a write of it, too, would be device-conflict acting on a payload's word. Stamped as just repaired, so a
-        # tick is a light one, which writes nothing when nothing changed (a repair always writes its stamp).
+        # so a write of it, too, would be device-conflict acting on a payload's word. Stamped as just repaired and
+        # with the platform the repair records (names are devices here), so a tick is a light one, which writes
+        # nothing when nothing changed (a repair always writes its stamp).
         index = Index()
         for obj in [vm, *seeded]:
             (index.add_vm if obj["kind"] == "VirtualMachine" else index.add_vmi)(obj)
         self.cluster.create({"apiVersion": "v1", "kind": "ConfigMap",
                              "metadata": {"name": assignment.NAME, "namespace": "vmevents", "annotations": {
-                                 reads.REPAIRED_AT: datetime.now(UTC).isoformat()}},
+                                 reads.REPAIRED_AT: datetime.now(UTC).isoformat(),
+                                 reads.DEVICE_NAMES: reads.HARVESTER}},
                              "data": assignment.data_of(assignment.entries(index.workloads()))})
         # migration-report's cursor as its ticks leave it: at the newest version and settled just now, so a tick
         # watches, sees no change and writes nothing.
@@ -80,7 +79,6 @@ class FuzzWorld:
                                       cursor.SETTLED_AT: datetime.now(UTC).isoformat()}})
 
     def stop(self):
-        runtime._emit = self._emit
         for name, value in self._saved.items():
             if value is None:
                 os.environ.pop(name, None)
@@ -103,9 +101,13 @@ class FuzzWorld:
         self.lines.clear()
         if fault and account:
             self.cluster.faults.add(service_account=account, times=None, **fault)
+        # The log line, as the runtime encodes it, is taken only while this request is served: the world lives for
+        # the session, and every later test's function must still write to its stdout.
+        emit, runtime._emit = runtime._emit, self.lines.append
         try:
             response = self.clients[function].post("/", headers=headers, data=body)
         finally:
+            runtime._emit = emit
             self.cluster.faults.clear()
         writes = [r for r in self.cluster.requests[seen:] if r.verb in WRITES and account
                   and r.service_account == account]

@@ -200,7 +200,11 @@ def test_a_manual_vm_is_not_started_without_a_request(world):
 def test_status_run_strategy_is_recorded_from_1_3(world):
     name = world.vm("Always")
     world.running(name)
-    recorded = world.get_vm(name)["status"].get("runStrategy")
+    # The VM's status is virt-controller's own write after the VMI's (vm.go updateStatus): wait for the one that says
+    # the VM runs, which is where status.runStrategy is first synced (when status.created).
+    vm = eventually(lambda: (v := world.get_vm(name)) and (v.get("status") or {}).get("printableStatus") == "Running"
+                    and v, what=f"VM {name} printableStatus Running", timeout=30)
+    recorded = vm["status"].get("runStrategy")
     assert recorded == ("Always" if tuple(int(p) for p in world.version.split(".")[:2]) >= (1, 3) else None)
 
 

@@ -6,8 +6,9 @@ from datetime import timedelta
 import pytest
 
 from functions.io_pause_report.decide import Action, Facts, KubeVirtErrors, VolumeFacts, decide
-from functions.io_pause_report.handler import kubevirt_errors, longhorn_facts, read_episode, target, worth_decoding
+from functions.io_pause_report.handler import kubevirt_errors, read_episode, target, worth_decoding
 from functions.io_pause_report.settings import Settings, load
+from functions.io_pause_report.volumes import longhorn_facts
 from functions.io_pause_report.wording import advice
 from shared.intake import Incoming
 from simcluster.builders.io_pause import (

@@ -137,3 +137,42 @@ def test_rescan_reads_in_full_only_the_vmis_in_a_final_phase(cluster):
     gets = {r.name for r in cluster.requests if r.service_account == "vmevents/vmi-cleanup" and r.verb == "get"
             and r.resource == "virtualmachineinstances"}
     assert {f"cand{i}" for i in range(3)} <= gets and not {n for n in gets if n.startswith("busy")}
+
+
+def test_a_delete_applied_while_the_api_is_down_is_reported_once_the_api_answers(cluster, monkeypatch):
+    """The DELETE is applied but its answer lost (etcd stopped: kube-apiserver applies it once etcd is back), and the
+    re-read that would tell fails too for a while: the answer waits for the re-read, then reports the cleanup. A 503
+    instead would be redelivered, find the VMI gone, and announce nothing (issue 23's etcd scenario)."""
+    from functions.vmi_cleanup import handler
+
+    monkeypatch.setattr(handler, "LOST_ANSWER_WAIT", 10.0)
+    _, vmi = create_pair(cluster, "lost1")
+    path = "/virtualmachineinstances/lost1$"
+    cluster.faults.add(method="DELETE", path=path, status=503, service_account="vmevents/vmi-cleanup",
+                       call=lambda: cluster.delete("kubevirt.io/v1", "VirtualMachineInstance", "default", "lost1"))
+    reads = cluster.faults.add(method="GET", path=path, status=503, times=2, service_account="vmevents/vmi-cleanup")
+    try:
+        outcome = converge(vmi, context(cluster))
+    finally:
+        cluster.faults.clear()
+    assert reads.hits == 2, "the re-read failed twice before it answered"
+    assert outcome.effect == "deleted-vmi" and outcome.reply is not None
+    assert vmi_of(cluster, "lost1") is None
+    assert [e["reason"] for e in events_on(cluster, "lost1")] == ["VMICleanedUp"]
+
+
+def test_a_delete_whose_answer_stays_lost_is_answered_unavailable(cluster, monkeypatch):
+    from functions.vmi_cleanup import handler
+    from shared.kube import Unavailable
+
+    monkeypatch.setattr(handler, "LOST_ANSWER_WAIT", 1.5)
+    _, vmi = create_pair(cluster, "lost2")
+    path = "/virtualmachineinstances/lost2$"
+    cluster.faults.add(method="DELETE", path=path, status=503, service_account="vmevents/vmi-cleanup")
+    cluster.faults.add(method="GET", path=path, status=503, times=None, service_account="vmevents/vmi-cleanup")
+    try:
+        with pytest.raises(Unavailable):
+            converge(vmi, context(cluster))
+    finally:
+        cluster.faults.clear()
+    assert vmi_of(cluster, "lost2") is not None and events_on(cluster, "lost2") == []
