@@ -34,8 +34,10 @@ SA_PREFIX = "system:serviceaccount:"
 # Namespaces a fresh control plane has, kept across worlds ("default" and "vmevents" are emptied, the
 # vmevents install in them re-applied; "kubevirt" too).
 SYSTEM_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease", "vmevents", "kubevirt"}
-# Kinds of simcluster.store.RESOURCES a reset keeps (the rest are what tests and functions create).
-KEEP_KINDS = {"Namespace", "KubeVirt", "Node"}
+# Kinds of simcluster.store.RESOURCES a reset keeps (the rest are what tests and functions create). Nodes go: each
+# world's node stand-in registers its own, and a scheduler stand-in places on every Node object it finds, so an
+# earlier world's Nodes (other capacities, devices, cordons) would decide where this world's VMs land.
+KEEP_KINDS = {"Namespace", "KubeVirt"}
 # Kinds of which a reset deletes only what vmevents made (labelled app.kubernetes.io/part-of=vmevents).
 OURS_ONLY = {"ConfigMap"}
 ADMIN_USER = "vmevents-admin"
