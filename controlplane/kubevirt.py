@@ -7,9 +7,9 @@ at that version and vendored in upstream/kubevirt/<version>/ (see upstream/READM
 Role(Binding) in the `kubevirt` namespace (`virt-controller-rbac.yaml`). It authenticates with a token for
 that ServiceAccount from the TokenRequest API, never as the admin, and listens on 127.0.0.1 only.
 
-One virt-controller runs per control plane (its leader lease is per namespace): a cluster asking for another
-KubeVirt version stops it and starts that version's. It keeps running between worlds, because a reset deletes
-namespaces whose VMIs carry its finalizers. docs/control-plane.md lists each piece and why.
+One virt-controller runs per control plane (its leader lease is per namespace), a fresh one per world: a world
+stops the running one before its reset and starts its version's after it, so that no state of an earlier world
+(its expectations per namespace/name) decides this one's. docs/control-plane.md lists each piece and why.
 """
 from __future__ import annotations
 
@@ -154,7 +154,7 @@ class VirtController:
             cluster.raw("DELETE", LEASE_PATH, allow=(404,))
 
 
-# The virt-controller of each control plane (by id: a ControlPlane is not hashable), so it outlives worlds.
+# The virt-controller of each control plane (by id: a ControlPlane is not hashable).
 _running: dict[int, VirtController] = {}
 
 

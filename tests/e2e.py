@@ -111,6 +111,26 @@ class World:
     def vmi(self, name, namespace="default"):
         return self.cluster.get("kubevirt.io/v1", "VirtualMachineInstance", namespace, name)
 
+    def wait_vmi_phase(self, name, phase, namespace="default", timeout=15.0):
+        """The VMI once it is in `phase`; on a timeout, the error says where KubeVirt stopped: the VM's and the VMI's
+        status, the launcher pods, and the end of virt-controller's log when KubeVirt's own runs."""
+        try:
+            return eventually(lambda: (v := self.vmi(name, namespace)) and (v.get("status") or {}).get("phase") == phase
+                              and v, timeout=timeout, what=f"VMI {name} in phase {phase}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; {self.kubevirt_state(name, namespace)}") from None
+
+    def kubevirt_state(self, name, namespace="default") -> str:
+        vm = self.cluster.get("kubevirt.io/v1", "VirtualMachine", namespace, name)
+        vmi = self.vmi(name, namespace)
+        pods = [(p["metadata"]["name"], (p.get("spec") or {}).get("nodeName"), (p.get("status") or {}).get("phase"))
+                for p in self.cluster.list("v1", "Pod", namespace)
+                if (p["metadata"].get("labels") or {}).get("vm.kubevirt.io/name") == name]
+        controller = getattr(self.cluster, "virt_controller", None)
+        log = f"; virt-controller {controller.version}'s log ends:\n{controller.log_tail(2500)}" if controller else ""
+        return (f"VM status {(vm or {}).get('status')}; VMI status {(vmi or {}).get('status') if vmi else None}; "
+                f"launcher pods {pods}{log}")
+
     def settle(self):
         """Let every event in flight reach the function (a subclass whose function makes KubeVirt act
         uses settle_with_kubevirt instead)."""

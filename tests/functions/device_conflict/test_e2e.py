@@ -23,7 +23,9 @@ from tests.rbac import assert_exact_rbac
 pytestmark = pytest.mark.e2e
 FUNCTION_SA = "vmevents/device-conflict"
 PREFIX = "io.vmevents.device-conflict."
-RESOURCES = {f"example.com/dev-{i}": 2 for i in range(8)}
+# A resource of its own per test and world (capacity 2 each): the tests here and the image tests that replay them
+# (tests/deploy/test_image.py imports this module) draw from one iterator for the whole session.
+RESOURCES = {f"example.com/dev-{i}": 2 for i in range(32)}
 _resources = iter(sorted(RESOURCES))
 _names = itertools.count(1)
 
@@ -73,7 +75,7 @@ class World(e2e.World):
         return vmi and (vmi.get("status") or {}).get("phase")
 
     def wait_phase(self, name, phase):
-        return eventually(lambda: self.phase(name) == phase, what=f"VMI {name} in phase {phase}")
+        return self.wait_vmi_phase(name, phase)
 
     def events(self, name, reason="HostDeviceConflict"):
         return [e for e in self.cluster.list("v1", "Event", "default")

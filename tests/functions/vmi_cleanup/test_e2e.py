@@ -56,13 +56,7 @@ class World(e2e.World):
         return self.cluster.get("kubevirt.io/v1", "VirtualMachine", namespace, name)
 
     def wait_phase(self, namespace, name, phase):
-        try:
-            return eventually(lambda: (v := self.vmi(name, namespace)) and (v.get("status") or {}).get("phase") == phase
-                              and v, what=f"VMI {name} in phase {phase}")
-        except AssertionError as exc:  # say where it stopped: the VM's and the VMI's status as they are now
-            vmi, vm = self.vmi(name, namespace), self.vm_obj(name, namespace)
-            raise AssertionError(f"{exc}; VM status {(vm or {}).get('status')}; VMI status "
-                                 f"{(vmi or {}).get('status') if vmi else None}") from None
+        return self.wait_vmi_phase(name, phase, namespace)
 
     def power_off(self, name, namespace="default"):
         """The guest runs `poweroff`; returns the VMI's uid at that moment."""
