@@ -24,8 +24,9 @@ from shared.kube import KUBEVIRT, NAMESPACE, VM, VMI, VMIM, Conflict, JsonPatch,
 from shared.replies import Reply
 from shared.runtime import KubeContext, Outcome
 
-# How long a DELETE whose answer was lost waits for the API to answer a re-read: longer than an etcd restart.
-LOST_ANSWER_WAIT = 20.0
+# How long a DELETE whose answer was lost waits for the API to answer a re-read: longer than an etcd restart, and
+# with the DELETE's own 10 s read timeout (shared.kube) still below the Trigger's 30 s delivery timeout (deploy/).
+LOST_ANSWER_WAIT = 15.0
 
 PREVIOUS_ANNOTATION = "vmevents.io/previous-run-strategy"
 MAX_ATTEMPTS = 3
