@@ -13,6 +13,7 @@ import pytest
 
 from tests import backends
 from tests.deploy.kustomize import KUSTOMIZATIONS, env_of, knative_services, render
+from tests.deploy.test_chart import helm, template  # noqa: F401 - helm is the fixture the chart test uses
 from tests.rbac import Scope, scopes
 
 SA = "vmevents/vmi-cleanup"
@@ -72,6 +73,17 @@ def test_a_setting_its_bindings_disagree_with_is_caught(function):
     assert mismatches(_set(render(scoped), function, "vms,other"), function)
     assert mismatches(_set(render(scoped), function, ""), function)
     assert mismatches(render(scoped), function) == []
+
+
+@pytest.mark.parametrize("value", ["", "vms", "vms, other"])
+@pytest.mark.parametrize("function", sorted(SCOPED))
+def test_the_charts_bindings_follow_its_values_too(helm, function, value):  # noqa: F811 - the fixture
+    """The Helm chart binds the -act ClusterRole by one RoleBinding per namespace its value lists (none listed:
+    one ClusterRoleBinding), so an install from the chart allows no more than its setting either."""
+    escaped = value.replace(",", "\\,")  # --set splits at commas
+    objects = template(helm, "--set", f"functions.{function}.env.{SCOPED[function][0]}={escaped}")
+    assert setting_namespaces(objects, function) == {n.strip() for n in value.split(",") if n.strip()}
+    assert mismatches(objects, function) == []
 
 
 def test_the_scoped_examples_act_in_vms_only():
