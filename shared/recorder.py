@@ -20,10 +20,16 @@ from shared.kube import EVENT, Conflict, Forbidden, Kube
 
 log = logging.getLogger("vmevents.recorder")
 COUNT_ATTEMPTS = 8
+# On an Event recorded `once_for` something: the last thing it was counted for.
+COUNTED_FOR = "vmevents.io/counted-for"
 
 
 def _timestamp(now: datetime) -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _counted_for(event: dict) -> str | None:
+    return ((event.get("metadata") or {}).get("annotations") or {}).get(COUNTED_FOR)
 
 
 def event_name(involved: dict, event_type: str, reason: str, message: str) -> str:
@@ -38,17 +44,21 @@ class Recorder:
         self.component = component
 
     def record(self, involved: dict, event_type: str, reason: str, message: str, now: datetime, *,
-               annotations: dict[str, str] | None = None) -> None:
+               annotations: dict[str, str] | None = None, once_for: str | None = None) -> bool:
         """Record (or count again) an Event on `involved`. Never raises, but Forbidden. `annotations` go on a new
         Event's metadata (machine-readable facts a function reads back later); they are not part of
-        what makes two Events the same."""
+        what makes two Events the same. `once_for` (e.g. the uid of the VMI an act was about): count the Event
+        once for it, as when one act is reported by two deliveries that cannot tell which of them did it; the
+        Event keeps the last one it was counted for (COUNTED_FOR). False when it was counted for it already (the
+        count stays), True otherwise (also when the Event could not be recorded: best-effort)."""
         try:
-            self._record(involved, event_type, reason, message, now, annotations)
+            return self._record(involved, event_type, reason, message, now, annotations, once_for)
         except Forbidden:
             raise
         except VmeventsError as exc:
             log.warning("could not record Event %s on %s/%s: %s", reason,
                         involved["metadata"].get("namespace"), involved["metadata"]["name"], exc.message)
+            return True
 
     def record_once(self, involved: dict, event_type: str, reason: str, message: str, now: datetime, *,
                     annotations: dict[str, str] | None = None) -> dict | None:
@@ -73,13 +83,16 @@ class Recorder:
         return None
 
     def _record(self, involved: dict, event_type: str, reason: str, message: str, now: datetime,
-                annotations: dict[str, str] | None = None) -> None:
+                annotations: dict[str, str] | None = None, once_for: str | None = None) -> bool:
+        if once_for is not None:
+            annotations = {**(annotations or {}), COUNTED_FOR: once_for}
         body = self._body(involved, event_type, reason, message, now, annotations)
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
         try:
             self.kube.create(EVENT, namespace, body)
         except Conflict:  # AlreadyExists: the same Event again
-            self._count_again(namespace, name, body, body["lastTimestamp"])
+            return self._count_again(namespace, name, body, body["lastTimestamp"], once_for)
+        return True
 
     def _body(self, involved: dict, event_type: str, reason: str, message: str, now: datetime,
               annotations: dict[str, str] | None) -> dict:
@@ -101,10 +114,11 @@ class Recorder:
         }
         return body
 
-    def _count_again(self, namespace: str, name: str, body: dict, stamp: str) -> None:
+    def _count_again(self, namespace: str, name: str, body: dict, stamp: str, once_for: str | None = None) -> bool:
         """count + 1 on the existing Event. Two deliveries may do this at once: the resourceVersion
         precondition makes the loser re-read and try again (after a short random pause, so that
-        racers spread out), and no count is lost."""
+        racers spread out), and no count is lost; with `once_for`, the loser then sees the winner's
+        count for the same thing and leaves it (False)."""
         for attempt in range(COUNT_ATTEMPTS):
             if attempt:
                 time.sleep(random.uniform(0, 0.01 * attempt))
@@ -112,11 +126,15 @@ class Recorder:
             try:
                 if existing is None:
                     self.kube.create(EVENT, namespace, body)
+                elif once_for is not None and _counted_for(existing) == once_for:
+                    return False
                 else:
+                    metadata = {"resourceVersion": existing["metadata"]["resourceVersion"]}
+                    if once_for is not None:
+                        metadata["annotations"] = {COUNTED_FOR: once_for}
                     self.kube.merge_patch(EVENT, namespace, name, {
-                        "count": int(existing.get("count") or 1) + 1, "lastTimestamp": stamp,
-                        "metadata": {"resourceVersion": existing["metadata"]["resourceVersion"]}})
-                return
+                        "count": int(existing.get("count") or 1) + 1, "lastTimestamp": stamp, "metadata": metadata})
+                return True
             except Conflict:
                 continue
         raise Conflict(f"Event {namespace}/{name} kept changing; its count was not raised")

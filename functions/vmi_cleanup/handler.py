@@ -196,7 +196,9 @@ def _act(verdict: Verdict, vmi: dict[str, Any], vm: dict[str, Any] | None, ctx: 
         except Unavailable:
             if not _gone_since(ctx, meta):
                 raise
-            gone = False  # our DELETE was applied and its answer lost (the API restarted): it is ours to report
+            # A DELETE was applied and our answer lost (the API restarted): ours, or a concurrent delivery's that
+            # lost its answer too. Either may report it: the Event, counted once per VMI, tells them apart.
+            gone = False
         if gone:
             return Outcome("gone", subject=subject, reason="the VMI was already deleted")
         return _report(verdict, vmi, vm, ctx, "deleted-vmi")
@@ -239,7 +241,13 @@ def halt_patch(vm: dict[str, Any], strategy: str) -> JsonPatch:
 # -- report ---------------------------------------------------------------------------------------
 def _report(verdict: Verdict, vmi: dict[str, Any], vm: dict[str, Any] | None, ctx: KubeContext[Settings],
             effect: str) -> Outcome:
-    reason = wording.DRY_RUN if wording.is_dry_run(effect) else wording.CLEANED_UP
-    ctx.recorder.record(vm or vmi, "Normal", reason, wording.event_message(effect, vmi, verdict), ctx.clock())
+    """The Event and the reply. An act's Event is counted once per VMI (a dry run's is counted every time): counted
+    for this VMI already, another delivery acted and reported (two DELETEs that lost their answers cannot tell
+    whose was applied), and nothing is announced."""
+    dry = wording.is_dry_run(effect)
+    reason = wording.DRY_RUN if dry else wording.CLEANED_UP
+    if not ctx.recorder.record(vm or vmi, "Normal", reason, wording.event_message(effect, vmi, verdict), ctx.clock(),
+                               once_for=None if dry else kv.meta(vmi).get("uid")):
+        return Outcome("gone", subject=kv.api_path(vmi), reason="the VMI was deleted; another delivery reported it")
     reply = report(wording.finding(effect, vmi, vm, verdict), "cleaned")
     return Outcome(verdict.action.value, effect=effect, subject=kv.api_path(vmi), reason=verdict.reason, reply=reply)

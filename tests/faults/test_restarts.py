@@ -108,12 +108,19 @@ class Story:
 
 def notices(w) -> list[str]:
     """The VMI of every cleanup notice vmi-cleanup sent: a `.cleaned` reply each, or an item of a re-scan's
-    `.scanned` summary."""
-    found = [r["vmi"] for r in w.replies("cleaned")]
+    `.scanned` summary. A notice is known by its id: the same id again is the same notice delivered again (a
+    redelivery answers with the same reply and id, docs/findings.md "Redelivery"; the broker is at-least-once and
+    consumers such as alert-forwarder's receivers dedupe by it), not a second announcement. Two answers whose
+    DELETEs both lost their answer during an etcd outage each report the one cleanup, under its one id."""
+    found: dict[str, str] = {}
     for event in list(w.knative.broker.received):
-        if event["type"] == "io.vmevents.vmi-cleanup.scanned":
-            found += [item["details"]["vmi"] for item in e2e.data_of(event)["findings"]]
-    return found
+        if event["source"] != "/vmevents/vmi-cleanup":
+            continue
+        if event["type"] == "io.vmevents.vmi-cleanup.cleaned":
+            found[event["id"]] = e2e.data_of(event)["details"]["vmi"]
+        elif event["type"] == "io.vmevents.vmi-cleanup.scanned":
+            found.update((item["id"], item["details"]["vmi"]) for item in e2e.data_of(event)["findings"])
+    return list(found.values())
 
 
 def plane():

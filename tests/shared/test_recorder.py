@@ -45,3 +45,20 @@ def test_a_transition_is_recorded_once_even_when_deliveries_race():
         assert all(r["metadata"]["uid"] == event["metadata"]["uid"] for r in results if r is not None)
         winner = recorders[results.index(None)]
         assert event["metadata"]["annotations"] == {"by": str(id(winner))}
+
+
+def test_counted_once_for_a_thing_even_when_deliveries_race():
+    """record(once_for=…): racers reporting the same act (the same VMI) count the Event once, and exactly one of them
+    is told it recorded it; another thing (the VM's next VMI) counts it again."""
+    with SimCluster() as cluster:
+        recorders = [Recorder(Kube(cluster.api_client(service_account="vmevents/vmi-cleanup")), "vmi-cleanup")
+                     for _ in range(4)]
+        recorders[0].record(VM, "Normal", "Cleaned", "the same words", NOW, once_for="vmi-uid-0")  # an earlier one
+        with ThreadPoolExecutor(4) as pool:
+            told = list(pool.map(lambda r: r.record(VM, "Normal", "Cleaned", "the same words", NOW,
+                                                    once_for="vmi-uid-1"), recorders))
+        assert told.count(True) == 1
+        [event] = cluster.list("v1", "Event", "default")
+        assert event["count"] == 2 and event["metadata"]["annotations"]["vmevents.io/counted-for"] == "vmi-uid-1"
+        assert recorders[1].record(VM, "Normal", "Cleaned", "the same words", NOW, once_for="vmi-uid-2") is True
+        assert cluster.list("v1", "Event", "default")[0]["count"] == 3

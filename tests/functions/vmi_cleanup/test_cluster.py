@@ -176,3 +176,68 @@ def test_a_delete_whose_answer_stays_lost_is_answered_unavailable(cluster, monke
     finally:
         cluster.faults.clear()
     assert vmi_of(cluster, "lost2") is not None and events_on(cluster, "lost2") == []
+
+
+def test_two_deliveries_whose_deletes_both_lost_their_answer_announce_the_cleanup_once(cluster, monkeypatch):
+    """Two deliveries about one VMI read it before either DELETE, and both DELETEs lose their answer (etcd down):
+    one was applied, and neither can tell whose. The first to record the Event since the VMI was made reports the
+    cleanup; the other finds that Event counted after the VMI's creation and announces nothing, and the count
+    stays 1 (issue 23's etcd scenario, seen once as two notices for one cleanup)."""
+    from functions.vmi_cleanup import handler
+
+    monkeypatch.setattr(handler, "LOST_ANSWER_WAIT", 2.0)
+    _, vmi = create_pair(cluster, "lost3")
+    path = "/virtualmachineinstances/lost3$"
+
+    def applied():
+        if vmi_of(cluster, "lost3") is not None:
+            cluster.delete("kubevirt.io/v1", "VirtualMachineInstance", "default", "lost3")
+
+    cluster.faults.add(method="DELETE", path=path, status=503, times=2, service_account="vmevents/vmi-cleanup",
+                       call=applied)
+    kube = Kube(cluster.api_client(service_account="vmevents/vmi-cleanup"))
+    # The cluster's own clock: the Event's time is compared with the VMI's creationTimestamp, which the server set.
+    ctx = KubeContext(FUNCTION, Settings(cleanup_after=timedelta(minutes=10)), lambda: datetime.now(UTC), kube,
+                      Recorder(kube, FUNCTION))
+    try:
+        first, second = converge(copy.deepcopy(vmi), ctx), converge(copy.deepcopy(vmi), ctx)
+    finally:
+        cluster.faults.clear()
+    assert first.effect == "deleted-vmi" and first.reply is not None
+    assert second.verdict == "gone" and second.reply is None and "another delivery reported it" in second.reason
+    [event] = events_on(cluster, "lost3")
+    assert event["reason"] == "VMICleanedUp" and event["count"] == 1
+
+
+def test_an_earlier_episodes_event_is_counted_again_by_a_lost_answer(cluster, monkeypatch):
+    """The VM's Event from an earlier power-off (before this VMI was made) does not pass for this one's report."""
+    from functions.vmi_cleanup import handler
+
+    monkeypatch.setattr(handler, "LOST_ANSWER_WAIT", 2.0)
+    vm, old = create_pair(cluster, "lost4")
+    kube = Kube(cluster.api_client(service_account="vmevents/vmi-cleanup"))
+    earlier = datetime.now(UTC) - timedelta(hours=2)
+    ctx_then = KubeContext(FUNCTION, Settings(cleanup_after=timedelta(minutes=10)), lambda: earlier, kube,
+                           Recorder(kube, FUNCTION))
+    converge(copy.deepcopy(old), ctx_then)  # the earlier episode, reported two hours ago
+    _, vmi = create_pair_again(cluster, vm, "lost4")
+    path = "/virtualmachineinstances/lost4$"
+    cluster.faults.add(method="DELETE", path=path, status=503, times=1, service_account="vmevents/vmi-cleanup",
+                       call=lambda: cluster.delete("kubevirt.io/v1", "VirtualMachineInstance", "default", "lost4"))
+    ctx = KubeContext(FUNCTION, Settings(cleanup_after=timedelta(minutes=10)), lambda: datetime.now(UTC), kube,
+                      Recorder(kube, FUNCTION))
+    try:
+        outcome = converge(copy.deepcopy(vmi), ctx)
+    finally:
+        cluster.faults.clear()
+    assert outcome.effect == "deleted-vmi" and outcome.reply is not None
+    [event] = events_on(cluster, "lost4")
+    assert event["count"] == 2
+
+
+def create_pair_again(cluster, vm, name):
+    """The VM's next VMI (a start after the last cleanup), stored."""
+    vmi = make_vmi(name, owner=vm, finished=FINISHED)
+    for key in ("uid", "resourceVersion"):
+        vmi["metadata"].pop(key)
+    return vm, cluster.create(vmi)
