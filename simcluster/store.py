@@ -156,6 +156,7 @@ RESOURCES: tuple[ResourceType, ...] = (
     _custom("longhorn.io", "v1beta2", "engines", "Engine", True),
     _custom("longhorn.io", "v1beta2", "replicas", "Replica", True),
     _custom("devices.harvesterhci.io", "v1beta1", "pcidevices", "PCIDevice", False),
+    _custom("devices.harvesterhci.io", "v1beta1", "vgpudevices", "VGPUDevice", False),  # device-conflict's vGPU names
 )
 
 

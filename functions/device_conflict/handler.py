@@ -90,12 +90,13 @@ def repair(ctx: KubeContext[Settings], delivery: str, base: reads.Stored | None)
     repair, whose view is older than it, cannot resolve it."""
     ledger = _ledger(ctx)
     on_record = list(ledger.records(state=None))
-    names = reads.platform(ctx.kube)
-    index = reads.scan(ctx.kube)
+    names, vgpus = reads.discover(ctx.kube)  # and which gpus[].name are vGPUs: one LIST of their names
+    index = reads.scan(ctx.kube, vgpus)
     # Only where names are devices (docs/facts.md §3): on plain KubeVirt every VM is as if it named none, so
     # nothing is found, every open finding resolves, and the object holds no entry.
     workloads = index.workloads() if names == reads.HARVESTER else []
-    reads.keep_all(ctx.kube, ctx.settings.assignments, base, workloads, stamp=ctx.clock().isoformat(), names=names)
+    reads.keep_all(ctx.kube, ctx.settings.assignments, base, workloads, stamp=ctx.clock().isoformat(), names=names,
+                   vgpus=vgpus)
     return _report(ctx, ledger, delivery, on_record, find_conflicts(workloads), workloads,
                    f"scanned {index.vms_seen} VM(s) and", {"vms": index.vms_seen, "vmis": index.vmis_seen},
                    vmis=index.vmis_seen)

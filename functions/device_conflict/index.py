@@ -61,18 +61,22 @@ FINAL = frozenset(kv.FINAL_PHASES)
 BOUND = frozenset({"Scheduled", "Running", "Unknown"})
 
 
-def spec_devices(spec: Mapping | None) -> frozenset[Device]:
-    """hostDevices[] and gpus[] of a VMI spec (or a VM's template spec)."""
+def spec_devices(spec: Mapping | None, vgpus: frozenset[str] | None = None) -> frozenset[Device]:
+    """hostDevices[] and gpus[] of a VMI spec (or a VM's template spec). `vgpus`: the cluster's VGPUDevice names;
+    a gpus[].name that is none of them is the VM's own alias for a GPU of its deviceName (harvester/pcidevices'
+    webhook never checks a GPU's name, docs/facts.md §3), not a device. None: every gpus[].name counts (a
+    parameter object from before the repair listed them)."""
     devices = o.mapping(spec, "domain", "devices")
     found = set()
-    for entry in [*o.objects(devices, "hostDevices"), *o.objects(devices, "gpus")]:
+    gpus = [g for g in o.objects(devices, "gpus") if vgpus is None or str(g.get("name")) in vgpus]
+    for entry in [*o.objects(devices, "hostDevices"), *gpus]:
         if entry.get("name") and entry.get("deviceName"):
             found.add(Device(str(entry["name"]), str(entry["deviceName"])))
     return frozenset(found)
 
 
-def vm_devices(vm: Mapping) -> frozenset[Device]:
-    return spec_devices(o.mapping(vm, "spec", "template", "spec"))
+def vm_devices(vm: Mapping, vgpus: frozenset[str] | None = None) -> frozenset[Device]:
+    return spec_devices(o.mapping(vm, "spec", "template", "spec"), vgpus)
 
 
 def allocated_devices(vm: dict | None) -> frozenset[Device] | None:
@@ -175,7 +179,8 @@ class Index:
     """VMs and VMIs folded, page by page, into Workloads: only objects with devices are kept, a few
     hundred bytes each, so memory follows the number of device VMs, not of all VMs."""
 
-    def __init__(self) -> None:
+    def __init__(self, vgpus: frozenset[str] | None = None) -> None:
+        self.vgpus = vgpus  # the cluster's VGPUDevice names (spec_devices); None: every gpus[].name counts
         self._vms: dict[str, _Vm] = {}
         self._vmis: dict[str, _Vmi] = {}
         self.vms_seen = 0
@@ -183,7 +188,7 @@ class Index:
 
     def add_vm(self, vm: dict) -> None:
         self.vms_seen += 1
-        named, allocated = vm_devices(vm), allocated_devices(vm)
+        named, allocated = vm_devices(vm, self.vgpus), allocated_devices(vm)
         if not named and not allocated:
             return
         meta = kv.meta(vm)
@@ -195,7 +200,7 @@ class Index:
         self.vmis_seen += 1
         meta = kv.meta(vmi)
         key = f"{meta.get('namespace') or 'default'}/{meta['name']}"
-        devices = spec_devices(vmi.get("spec"))
+        devices = spec_devices(vmi.get("spec"), self.vgpus)
         if key not in self._vms and not devices:
             return
         self._vmis[key] = _Vmi(vmi_state(vmi), devices, (vmi.get("status") or {}).get("nodeName") or None,

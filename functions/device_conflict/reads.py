@@ -17,6 +17,7 @@ resourceVersion from its watch cache anyway once the cache has caught up (Consis
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -36,6 +37,11 @@ ATTEMPTS = 4  # read-modify-write rounds before the event is answered 503 and re
 DEVICE_NAMES = "vmevents.io/device-names"
 HARVESTER, ALIASES = "harvester", "aliases"
 _PCIDEVICES = "/apis/devices.harvesterhci.io/v1beta1"  # discovery: any authenticated user may read it
+# The cluster's vGPUs (harvester/pcidevices, cluster-scoped; charts/templates/crds.yaml). A gpus[].name is a
+# device only when one of them has that name (index.spec_devices). The last full repair's LIST of their names is
+# kept on the parameter object (a JSON list), so that events and light ticks decide as it did without a LIST.
+VGPU = Kind("devices.harvesterhci.io/v1beta1", "VGPUDevice", "vgpudevices", namespaced=False)
+VGPU_NAMES = "vmevents.io/vgpu-names"
 # When the last full repair wrote the object (ISO 8601, UTC): a tick repairs when it is older than
 # DEVICE_REPAIR_EVERY, or absent.
 REPAIRED_AT = "vmevents.io/repaired-at"
@@ -53,12 +59,32 @@ def repaired_at(stored: Stored) -> datetime | None:
 def platform(kube: Kube) -> str:
     """HARVESTER when the API serves PCIDevices (devices.harvesterhci.io/v1beta1, harvester/pcidevices), else
     ALIASES: one discovery GET."""
+    return discover(kube)[0]
+
+
+def discover(kube: Kube) -> tuple[str, frozenset[str]]:
+    """The platform (as `platform`) and, on HARVESTER, the names of its VGPUDevices: one discovery GET, and one
+    LIST of VGPUDevice metadata when the API serves them (pcidevices before vGPU support did not: no vGPU)."""
     try:
         served = kube.request("GET", _PCIDEVICES)
     except NotFound:
-        return ALIASES
-    names = {str(r.get("name")) for r in served.get("resources") or () if isinstance(r, dict)}
-    return HARVESTER if "pcidevices" in names else ALIASES
+        return ALIASES, frozenset()
+    resources = {str(r.get("name")) for r in served.get("resources") or () if isinstance(r, dict)}
+    if "pcidevices" not in resources:
+        return ALIASES, frozenset()
+    if VGPU.plural not in resources:
+        return HARVESTER, frozenset()
+    return HARVESTER, frozenset(str(v["metadata"]["name"]) for v in kube.list_metadata(VGPU))
+
+
+def vgpus_of(stored: Stored | None) -> frozenset[str] | None:
+    """The VGPUDevice names the last repair found, as the object keeps them; None when it keeps none readable (an
+    object from before VGPU_NAMES: every gpus[].name counts, as it did, until the next repair writes them)."""
+    try:
+        names = json.loads(stored.annotations[VGPU_NAMES]) if stored is not None else None
+    except (KeyError, ValueError):
+        return None
+    return frozenset(str(n) for n in names) if isinstance(names, list) else None
 
 
 def names_devices(stored: Stored | None) -> bool:
@@ -67,9 +93,9 @@ def names_devices(stored: Stored | None) -> bool:
     return stored is None or stored.annotations.get(DEVICE_NAMES, HARVESTER) != ALIASES
 
 
-def scan(kube: Kube) -> Index:
+def scan(kube: Kube, vgpus: frozenset[str] | None = None) -> Index:
     """Every VM and VMI, page by page, folded into the index."""
-    index = Index()
+    index = Index(vgpus)
     for vm in kube.list(VM):
         index.add_vm(vm)
     for vmi in kube.list(VMI):
@@ -77,9 +103,9 @@ def scan(kube: Kube) -> Index:
     return index
 
 
-def fetch(kube: Kube, vms: Iterable[str], index: Index | None = None) -> Index:
+def fetch(kube: Kube, vms: Iterable[str], index: Index | None = None, vgpus: frozenset[str] | None = None) -> Index:
     """These VMs ("namespace/name") and their VMIs (a VMI has its VM's name), one GET each, a few at once."""
-    index = index if index is not None else Index()
+    index = index if index is not None else Index(vgpus)
     wanted: list[tuple[Kind, str, str]] = []
     for vm_id in sorted(set(vms)):
         namespace, name = vm_id.split("/", 1)
@@ -98,11 +124,11 @@ def names(kube: Kube, where: tuple[str, str], vm: str) -> bool:
 
 
 def write(kube: Kube, where: tuple[str, str], stored: Stored | None, data: Mapping[str, str],
-          stamp: str | None = None, names: str | None = None) -> bool:
+          stamp: str | None = None, names: str | None = None, vgpus: frozenset[str] | None = None) -> bool:
     """Create the object, or replace its data at exactly the version read. False when nothing changed (no
     write at all); Conflict when it changed meanwhile (or was created by someone else first). `stamp`: the
-    repair's time, written as REPAIRED_AT (always a write), with `names` as DEVICE_NAMES; otherwise the
-    annotations read are kept."""
+    repair's time, written as REPAIRED_AT (always a write), with `names` as DEVICE_NAMES and `vgpus` as
+    VGPU_NAMES; otherwise the annotations read are kept."""
     if stored is not None and dict(data) == stored.data and stamp is None:
         return False
     annotations = dict(stored.annotations) if stored is not None else {}
@@ -110,12 +136,14 @@ def write(kube: Kube, where: tuple[str, str], stored: Stored | None, data: Mappi
         annotations[REPAIRED_AT] = stamp
     if names is not None:
         annotations[DEVICE_NAMES] = names
+    if vgpus is not None:
+        annotations[VGPU_NAMES] = json.dumps(sorted(vgpus), separators=(",", ":"))
     configmaps.put(kube, where, stored, data, annotations, managed_by="device-conflict")
     return True
 
 
 def keep_all(kube: Kube, where: tuple[str, str], base: Stored | None, workloads: Iterable[Workload],
-             stamp: str | None = None, names: str = HARVESTER) -> int:
+             stamp: str | None = None, names: str = HARVESTER, vgpus: frozenset[str] = frozenset()) -> int:
     """A re-scan's repair: the whole object from what the LISTs showed, merged over what events wrote since
     `base` was read (assignment.merged). Returns the number of writes (0 when it was right already; with a
     `stamp`, the repair's time for REPAIRED_AT, always 1). `names` ALIASES: names are no devices here, and
@@ -126,7 +154,9 @@ def keep_all(kube: Kube, where: tuple[str, str], base: Stored | None, workloads:
         data = (assignment.merged(base.data if base else {}, stored.data if stored else {}, mine)
                 if names == HARVESTER else {})
         try:
-            return writes + int(write(kube, where, stored, data, stamp, names if stamp or stored is None else None))
+            fresh = bool(stamp) or stored is None
+            return writes + int(write(kube, where, stored, data, stamp, names if fresh else None,
+                                      vgpus if fresh else None))
         except Conflict:
             stored = read(kube, where)
     raise Conflict(f"the parameter object {'/'.join(where)} kept changing")
@@ -152,7 +182,7 @@ def around(kube: Kube, where: tuple[str, str], vm: str) -> Around:
             if not names_devices(stored):  # plain KubeVirt: a device name is the VM's own alias
                 return Around([], sharing=False, writes=0, listed=False)
             entries = assignment.read(stored.data)
-            index = fetch(kube, [vm])
+            index = fetch(kube, [vm], vgpus=vgpus_of(stored))
             own = _devices(index.workloads(), vm)
             if not all(assignment.is_key(d) for d in own):
                 return _listed(kube, where, vm, stored)  # a device the object cannot hold: only a LIST knows
@@ -187,7 +217,7 @@ def light(kube: Kube, where: tuple[str, str], vms: Iterable[str], devices: Itera
             return None
         entries = assignment.read(stored.data)
         first = {vm for entry in entries.values() if entry.others for vm in entry.claimants} | set(vms)
-        index = fetch(kube, first)
+        index = fetch(kube, first, vgpus=vgpus_of(stored))
         concerned = ({d.name for w in index.workloads() for d in w.devices | w.named} | set(devices)
                      | {d for vm in first for d in assignment.devices_of(entries, vm)})
         concerned = {d for d in concerned if assignment.is_key(d)}
@@ -204,11 +234,11 @@ def light(kube: Kube, where: tuple[str, str], vms: Iterable[str], devices: Itera
 
 def _listed(kube: Kube, where: tuple[str, str], vm: str, stored: Stored | None = None) -> Around:
     """The fallback: every VM and VMI, and the whole object written from them."""
-    names = platform(kube)
+    names, vgpus = discover(kube)
     if names == ALIASES:
         return Around([], sharing=False, writes=keep_all(kube, where, stored, [], names=ALIASES), listed=True)
-    workloads = scan(kube).workloads()
-    writes = keep_all(kube, where, stored, workloads)
+    workloads = scan(kube, vgpus).workloads()
+    writes = keep_all(kube, where, stored, workloads, vgpus=vgpus)
     return Around(workloads, _shares(workloads, vm, _devices(workloads, vm)), writes, listed=True)
 
 
