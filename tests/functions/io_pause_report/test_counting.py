@@ -103,5 +103,7 @@ def test_concurrent_deliveries_of_a_later_pause_count_it_once(cluster):
     handler.converge(handler.Target("default", vmi["metadata"]["name"]), context(cluster), "ce-open")
     recount(cluster, events, 2)  # the second pause
     outcomes = race(vmi, [context(cluster) for _ in range(RACERS)], [f"second-{i}" for i in range(RACERS)])
-    assert all(o.reply is None for o in outcomes) and {o.verdict for o in outcomes} == {"count"}
+    # A racer that reads the finding after another counted the pause finds nothing new (hold): both are right.
+    verdicts = [o.verdict for o in outcomes]
+    assert all(o.reply is None for o in outcomes) and "count" in verdicts and set(verdicts) <= {"count", "hold"}
     assert episode(cluster, vmi)["count"] == 2, "pause 2 of the episode, counted once"
