@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from contextlib import contextmanager
 
 import pytest
 
@@ -98,24 +99,30 @@ def can_i(cluster, verb: str, resource: str, namespace: str, sa: str = "vmi-clea
     return done.stdout.strip() == "yes"
 
 
-@pytest.fixture(scope="module", params=[p for p in backends.params() if p.id == "real"])
-def scoped(request):
-    c = backends.cluster(request.param, "1.3.1")
+@contextmanager
+def scoped_install(backend, overlay: str, role: str):
+    """A cluster running `overlay`, which binds `role` by a RoleBinding in `vms` instead of cluster-wide; the default
+    overlay again afterwards."""
+    c = backends.cluster(backend, "1.3.1")
     c.ensure({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "vms"}})
-    c.overlay = "scoped-cleanup"
+    c.overlay = overlay
     try:
         c.apply_deploy()
         # `kubectl apply` never deletes what an overlay leaves out: switching an install that ran the default
-        # overlay takes this one delete, as deploy/overlays/scoped-cleanup says
-        c._request("DELETE", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/vmevents-vmi-cleanup-act",
-                   allow=(404,))
+        # overlay takes this one delete, as the scoped overlays say
+        c._request("DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{role}", allow=(404,))
         yield c
     finally:
         c.overlay = "default"
-        c._request("DELETE", "/apis/rbac.authorization.k8s.io/v1/namespaces/vms/rolebindings/vmevents-vmi-cleanup-act",
-                   allow=(404,))
+        c._request("DELETE", f"/apis/rbac.authorization.k8s.io/v1/namespaces/vms/rolebindings/{role}", allow=(404,))
         c.apply_deploy()  # the ClusterRoleBinding again, for the session's next worlds
         c.stop()
+
+
+@pytest.fixture(scope="module", params=[p for p in backends.params() if p.id == "real"])
+def scoped(request):
+    with scoped_install(request.param, "scoped-cleanup", "vmevents-vmi-cleanup-act") as c:
+        yield c
 
 
 @pytest.mark.real
@@ -129,20 +136,8 @@ def test_the_real_authorizer_lets_the_scoped_install_delete_vmis_in_vms_only(sco
 
 @pytest.fixture(scope="module", params=[p for p in backends.params() if p.id == "real"])
 def scoped_migrations(request):
-    c = backends.cluster(request.param, "1.3.1")
-    c.ensure({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "vms"}})
-    c.overlay = "scoped-migration-report"
-    try:
-        c.apply_deploy()
-        c._request("DELETE", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/vmevents-migration-report-act",
-                   allow=(404,))
+    with scoped_install(request.param, "scoped-migration-report", "vmevents-migration-report-act") as c:
         yield c
-    finally:
-        c.overlay = "default"
-        c._request("DELETE", "/apis/rbac.authorization.k8s.io/v1/namespaces/vms/rolebindings/"
-                             "vmevents-migration-report-act", allow=(404,))
-        c.apply_deploy()
-        c.stop()
 
 
 @pytest.mark.real
