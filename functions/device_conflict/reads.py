@@ -56,14 +56,9 @@ def repaired_at(stored: Stored) -> datetime | None:
         return None
 
 
-def platform(kube: Kube) -> str:
-    """HARVESTER when the API serves PCIDevices (devices.harvesterhci.io/v1beta1, harvester/pcidevices), else
-    ALIASES: one discovery GET."""
-    return discover(kube)[0]
-
-
 def discover(kube: Kube) -> tuple[str, frozenset[str]]:
-    """The platform (as `platform`) and, on HARVESTER, the names of its VGPUDevices: one discovery GET, and one
+    """The platform: HARVESTER when the API serves PCIDevices (devices.harvesterhci.io/v1beta1, harvester/pcidevices),
+    else ALIASES; and, on HARVESTER, the names of its VGPUDevices: one discovery GET, and one
     LIST of VGPUDevice metadata when the API serves them (pcidevices before vGPU support did not: no vGPU)."""
     try:
         served = kube.request("GET", _PCIDEVICES)

@@ -63,7 +63,7 @@ def context(cluster, now: datetime = NOW) -> KubeContext:
 
 
 def test_a_plain_kubevirt_cluster_is_told_apart_and_its_aliases_are_no_conflict(cluster):
-    assert reads.platform(context(cluster).kube) == reads.ALIASES
+    assert reads.discover(context(cluster).kube) == (reads.ALIASES, frozenset())
     repair = handler.rescan(context(cluster), "tick-1")  # no parameter object yet: a full repair
     assert repair.reply is None, repair.reply and repair.reply.data
     stored = cluster.get("v1", "ConfigMap", *WHERE)
