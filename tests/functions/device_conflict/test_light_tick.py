@@ -51,6 +51,15 @@ def fresh(prefix):
     return f"{prefix}{next(_names)}", next(_resources), f"{SEED_NODE}-00005{next(_names):04d}"
 
 
+def delete_vm(w, name):
+    """Delete a seed-made VM and wait until it is gone. It carries Harvester's finalizer, which no controller here
+    removes, and virt-controller (on the real backend) adds its own to a VM until it is deleting: DELETE first, then
+    drop them, as Harvester's controller would."""
+    w.cluster.delete("kubevirt.io/v1", "VirtualMachine", "default", name)
+    w.cluster.patch("kubevirt.io/v1", "VirtualMachine", "default", name, {"metadata": {"finalizers": None}})
+    eventually(lambda: w.vm(name) is None, what=f"{name} gone")
+
+
 def test_a_light_tick_lists_no_vm_and_resolves_what_ended(world):
     w = world
     a, resource, device = fresh("light-a")
@@ -64,11 +73,7 @@ def test_a_light_tick_lists_no_vm_and_resolves_what_ended(world):
     w.tick()
     assert len(lists_of_vms(w)) == before, "a light tick lists no VM and no VMI"
     assert entries(w) == unrelated, "nothing changed: a light tick keeps every entry"
-    w.cluster.delete("kubevirt.io/v1", "VirtualMachine", "default", b)
-    # the seed's VM carries Harvester's PVC finalizer, which nobody here removes
-    w.cluster.patch("kubevirt.io/v1", "VirtualMachine", "default", b, [
-        {"op": "remove", "path": "/metadata/finalizers"}], patch_type="json")
-    eventually(lambda: w.vm(b) is None, what=f"{b} gone")
+    delete_vm(w, b)
     w.settle()
     w.tick()
     assert len(lists_of_vms(w)) == before
@@ -109,10 +114,5 @@ def test_a_deleted_vm_frees_its_entry_from_its_delete_event(world):
     vm, resource, device = fresh("gone-a")
     w.create(small_vm(vm, device, resource, "Halted"))
     eventually(lambda: entries(w).get(device) == f"default/{vm} stopped", what="the entry is there")
-    # The seed's VM carries Harvester's finalizer, which no controller here removes, and virt-controller (on the real
-    # backend) adds its own to a VM until it is deleting: DELETE first, then drop them, as Harvester's controller would.
-    w.cluster.delete("kubevirt.io/v1", "VirtualMachine", "default", vm)
-    w.cluster.patch("kubevirt.io/v1", "VirtualMachine", "default", vm, {"metadata": {"finalizers": None}})
-    eventually(lambda: w.cluster.get("kubevirt.io/v1", "VirtualMachine", "default", vm) is None,
-               what="the VM gone once KubeVirt let go of it")
+    delete_vm(w, vm)
     eventually(lambda: device not in entries(w), what="the entry goes with the VM, with no tick")
