@@ -1,0 +1,89 @@
+"""controlplane/build.py with a stand-in `go` on PATH: builds run side by side, a cached build is reused,
+one version's build does not wait on another's, and a failure says which component failed."""
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from controlplane import build
+
+FAKE_GO = """#!{python}
+import os, sys, time
+from pathlib import Path
+args = sys.argv[1:]
+out = Path(args[args.index("-o") + 1])
+log = Path(os.environ["FAKE_GO_LOG"])
+name = Path.cwd().name
+with log.open("a") as f:
+    f.write(f"start {{name}} {{time.monotonic()}}\\n")
+time.sleep(float(os.environ.get("FAKE_GO_SLEEP", "0.5")))
+if name == os.environ.get("FAKE_GO_FAIL"):
+    print("compile error in " + name)
+    sys.exit(2)
+for package in args[args.index("-o") + 2:]:
+    (out / package.rstrip("/").rsplit("/", 1)[-1]).write_text("binary")
+with log.open("a") as f:
+    f.write(f"end {{name}} {{time.monotonic()}}\\n")
+"""
+
+
+@pytest.fixture
+def fake_go(tmp_path, monkeypatch):
+    bindir = tmp_path / "gobin"
+    bindir.mkdir()
+    go = bindir / "go"
+    go.write_text(FAKE_GO.format(python=sys.executable))
+    go.chmod(go.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("VMEVENTS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("FAKE_GO_LOG", str(tmp_path / "go.log"))
+    modules = tmp_path / "modules"
+    monkeypatch.setattr(build, "MODULES", modules)
+    components = []
+    for name in ("alpha", "beta", "gamma"):
+        (modules / name).mkdir(parents=True)
+        (modules / name / "go.mod").write_text(f"module x\n\nrequire example.com/{name} v1.0.0\n")
+        components.append(build.Component(name, f"example.com/{name}", (f"./cmd/{name}",), (name,)))
+    monkeypatch.setattr(build, "ALL", tuple(components))
+    return tmp_path / "go.log"
+
+
+def spans(log: Path) -> dict[str, list[float]]:
+    seen: dict[str, list[float]] = {}
+    for line in log.read_text().splitlines():
+        _, name, at = line.split()
+        seen.setdefault(name, []).append(float(at))
+    return seen
+
+
+def test_two_builds_run_side_by_side_and_a_cached_one_is_reused(fake_go):
+    paths = build.ensure_all(jobs=2)
+    assert sorted(paths) == ["alpha-v1.0.0", "beta-v1.0.0", "gamma-v1.0.0"]
+    assert all((path / path.name.split("-")[0]).read_text() == "binary" for path in paths.values())
+    seen = spans(fake_go)
+    assert seen["alpha"][0] < seen["beta"][1] and seen["beta"][0] < seen["alpha"][1]  # overlapping
+    assert seen["gamma"][0] >= min(seen["alpha"][1], seen["beta"][1])                 # at most two at once
+    fake_go.write_text("")
+    started = time.monotonic()
+    assert build.ensure_all(jobs=2) == paths
+    assert fake_go.read_text() == "" and time.monotonic() - started < 0.5              # nothing rebuilt
+
+
+def test_one_at_a_time_when_asked(fake_go, monkeypatch):
+    monkeypatch.setenv("VMEVENTS_BUILD_JOBS", "1")
+    build.ensure_all()
+    seen = spans(fake_go)
+    assert seen["alpha"][1] <= seen["beta"][0] and seen["beta"][1] <= seen["gamma"][0]
+
+
+def test_a_failed_build_names_its_component_and_keeps_no_partial_binary(fake_go, monkeypatch):
+    monkeypatch.setenv("FAKE_GO_FAIL", "beta")
+    with pytest.raises(build.BuildError, match=r"building beta v1\.0\.0 failed \(exit 2\)[\s\S]*compile error in beta"):
+        build.ensure_all(jobs=2)
+    assert not (build.binary_dir(build.ALL[1]) / "beta").exists()
+    assert (build.binary_dir(build.ALL[0]) / "alpha").is_file()  # the others finished and are kept
