@@ -194,15 +194,21 @@ def guest(action: str, target: str) -> int:
 
 
 def prepare() -> int:
-    """Before the tests (`make test`): build the control plane if Go is here, so no test waits on a cold build.
-    Without Go the real-backend tests skip, saying so once; with CI=true a missing Go is an error."""
+    """Before the tests (`make test`): start the control plane's builds in the background if Go is here (what
+    is cached is not rebuilt). The tests that need no binary run first, and the first that needs one waits for
+    the builds (tests/conftest.py). Without Go the real-backend tests skip, saying so once; with CI=true a
+    missing Go is an error."""
     if not build.buildable():
         if os.environ.get("CI", "").lower() == "true":
             print("controlplane: CI=true but no `go` on PATH: the real-control-plane tests cannot run", file=sys.stderr)
             return 1
         print("real control plane: not built (no Go on PATH); its tests will skip. Install Go >= 1.25 to run them.")
         return 0
-    return build.main()
+    state = build.start_background()
+    if state != "built":
+        print(f"real control plane: building in the background ({state}; log: {build.background_log()}); "
+              "the tests that need it run last and wait for it")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

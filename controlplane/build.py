@@ -17,7 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-MODULES = Path(__file__).resolve().parent / "modules"
+REPO = Path(__file__).resolve().parents[1]
+MODULES = REPO / "controlplane" / "modules"
 
 
 class BuildError(RuntimeError):
@@ -100,13 +101,48 @@ def go_available() -> str | None:
 
 def buildable() -> bool:
     """Go is here, or every binary is already cached: the control plane can be had without building."""
-    return go_available() is not None or all((binary_dir(c) / b).is_file() for c in ALL for b in c.binaries)
+    return go_available() is not None or all(built(c) for c in ALL)
+
+
+def built(component: Component) -> bool:
+    return all((binary_dir(component) / b).is_file() for b in component.binaries)
+
+
+_background: list[subprocess.Popen] = []  # held, not waited for: the build outlives a short caller
+
+
+def background_log() -> Path:
+    return cache_root() / "background.build.log"
+
+
+def start_background(command: list[str] | None = None) -> str:
+    """Start every build not cached in a process of its own, at a low priority, and return at once: "built"
+    (nothing to do), "running" (another caller's is under way) or "started". The tests that need no binary run
+    meanwhile, and the first that needs one waits for it (tests/conftest.py), so a cold build costs the test run
+    only what the tests leave of the two cores. The process holds `.background.lock` while it lives."""
+    if all(built(c) for c in ALL):
+        return "built"
+    cache_root().mkdir(parents=True, exist_ok=True)
+    lock = open(cache_root() / ".background.lock", "w")  # noqa: SIM115 - handed to the child, then closed
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return "running"
+        command = ["nice", "-n", "15", *(command or [sys.executable, "-m", "controlplane", "build"])]
+        with open(background_log(), "w") as log:
+            _background.append(subprocess.Popen(command, cwd=REPO, stdin=subprocess.DEVNULL, stdout=log,
+                                                stderr=subprocess.STDOUT, pass_fds=(lock.fileno(),),
+                                                start_new_session=True))
+        return "started"
+    finally:
+        lock.close()  # the child's copy of the descriptor keeps the lock until it exits
 
 
 def ensure(component: Component, say=lambda text: None) -> Path:
     """The folder holding the component's binaries, building them first if they are not cached."""
     target = binary_dir(component)
-    if all((target / b).is_file() for b in component.binaries):
+    if built(component):
         return target
     go = go_available()
     if not go:
@@ -117,7 +153,7 @@ def ensure(component: Component, say=lambda text: None) -> Path:
     # another version (KubeVirt has three) builds beside it.
     with open(target.parent / f".{target.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if all((target / b).is_file() for b in component.binaries):
+        if built(component):
             return target
         partial = target.with_name(target.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -55,11 +56,19 @@ def isolated_env(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
+def needs_binaries(item) -> bool:
+    """The item needs what controlplane/build.py builds: a real-backend row, or a test marked `built`."""
+    return item.get_closest_marker("real") is not None or item.get_closest_marker("built") is not None
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own grouping of items by their higher-scoped parameters
 def pytest_collection_modifyitems(config, items):
     """A test marked `sim_only` (it needs what a real kube-apiserver cannot be made to do, and says why; faults
     are not such a thing: controlplane/faultproxy.py injects them there) runs on the simulator backend only: its
-    real-backend rows are deselected, and counted."""
-    keep, dropped = [], []
+    real-backend rows are deselected, and counted. The tests that need the control plane's binaries run after
+    all the others, in their order, so a cold build (`make test` starts it in the background) runs beside the
+    tests that need none."""
+    early, late, dropped = [], [], []
     for item in items:  # the real backend's parameters carry the `real` mark (tests/backends.py)
         real_row = item.get_closest_marker("real") is not None
         if real_row and item.get_closest_marker("timeout") is None:
@@ -67,7 +76,34 @@ def pytest_collection_modifyitems(config, items):
             # of schema the server compiles) and starts virt-controller: more than the default 120 s allows on
             # a loaded 2-core machine.
             item.add_marker(pytest.mark.timeout(REAL_TIMEOUT))
-        (dropped if real_row and item.get_closest_marker("sim_only") else keep).append(item)
+        if real_row and item.get_closest_marker("sim_only"):
+            dropped.append(item)
+        else:
+            (late if needs_binaries(item) else early).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = keep
+    items[:] = early + late
+
+
+_builds_awaited = False
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outside pytest-timeout's timer: the wait is not the test's
+def pytest_runtest_protocol(item, nextitem):
+    """Before the first test that needs the control plane's binaries: wait for the builds (and build what no
+    one is building). A failed build is reported here once; each test that needs it then fails with its error."""
+    global _builds_awaited
+    if not _builds_awaited and needs_binaries(item):
+        _builds_awaited = True
+        from controlplane import build
+
+        if build.go_available() and not all(build.built(c) for c in build.ALL):
+            say = item.config.pluginmanager.get_plugin("terminalreporter").write_line
+            say(f"\nwaiting for the control plane's builds (log: {build.background_log()})")
+            started = time.monotonic()
+            try:
+                build.ensure_all(say=say)
+                say(f"the control plane's binaries are ready after {time.monotonic() - started:.0f}s of waiting")
+            except build.BuildError as exc:
+                say(f"the control plane's build failed: {exc}")
+    yield

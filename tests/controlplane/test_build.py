@@ -87,3 +87,27 @@ def test_a_failed_build_names_its_component_and_keeps_no_partial_binary(fake_go,
         build.ensure_all(jobs=2)
     assert not (build.binary_dir(build.ALL[1]) / "beta").exists()
     assert (build.binary_dir(build.ALL[0]) / "alpha").is_file()  # the others finished and are kept
+
+
+def test_one_background_build_at_a_time_and_none_when_all_is_built(fake_go, tmp_path):
+    release = tmp_path / "release"
+    waiter = [sys.executable, "-c", f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.05)"]
+    assert build.start_background(waiter) == "started"
+    try:
+        assert build.start_background(waiter) == "running"   # the first one's child holds the lock
+    finally:
+        release.write_text("")
+    deadline = time.monotonic() + 30
+    while build.start_background(waiter) == "running":       # the child exits, its lock with it
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    build.ensure_all()
+    assert build.start_background(waiter) == "built"
+
+
+def test_make_test_starts_the_builds_in_the_background_and_returns_at_once(fake_go, tmp_path, monkeypatch):
+    from controlplane import __main__ as cli
+
+    started = []
+    monkeypatch.setattr(build, "start_background", lambda: started.append(True) or "started")
+    assert cli.prepare() == 0 and started == [True]

@@ -26,6 +26,7 @@ def test_each_requested_version_runs_the_virt_controller_of_its_minor_release():
         virt_controller.controller_version("1.2.0")
 
 
+@pytest.mark.built
 @pytest.mark.parametrize("version", build.KUBEVIRT_VERSIONS)
 def test_the_vendored_manifests_are_what_virt_operators_code_generates(version):
     """upstream/kubevirt/<version>/*.yaml == `kubevirt-manifests` built from kubevirt.io/kubevirt at <version>."""

@@ -23,6 +23,7 @@ CHART = REPO / "deploy" / "chart" / "vmevents"
 ADDON = REPO / "deploy" / "harvester" / "addon.yaml"
 ADDON_CRD = REPO / "upstream" / "harvester" / "addons.crd.yaml"
 RUNTIME_ONLY = {"FUNCTION_TARGET", "FUNCTION_SOURCE"}
+pytestmark = pytest.mark.built  # helm, built from its Go module (controlplane/build.py)
 
 
 @pytest.fixture(scope="module")
