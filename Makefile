@@ -30,7 +30,8 @@ cluster: $(STAMP)
 cluster-down: $(STAMP)
 	@$(PYTHON) -m controlplane down
 
-# The real control plane is built first (once per version, cached in ~/.cache/vmevents), so no test waits on it.
+# The real control plane's builds (once per version, cached in ~/.cache/vmevents) start in the background; the tests
+# that need no binary run meanwhile, and those that need one run last (docs/control-plane.md, "How the builds are run").
 test: $(STAMP)
 	@$(PYTHON) -m controlplane prepare
 	$(PYTHON) -m pytest
