@@ -338,6 +338,9 @@ def test_knative_services_are_private_bounded_sized_and_probed(kustomization):
         if not (sc.get("runAsNonRoot") and sc.get("readOnlyRootFilesystem")
                 and sc.get("allowPrivilegeEscalation") is False and sc.get("capabilities", {}).get("drop") == ["ALL"]):
             problems.append(f"{who}: securityContext must be non-root, read-only, no escalation, drop ALL")
+        if (sc.get("seccompProfile") or {}).get("type") != "RuntimeDefault":
+            # Pod Security's restricted level asks for it, and Knative Serving's webhook warns without it.
+            problems.append(f"{who}: securityContext.seccompProfile.type must be RuntimeDefault")
     assert not problems, "\n".join(problems)
 
 
