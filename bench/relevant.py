@@ -119,7 +119,8 @@ def run_bench(vms: int, events: int, say=print, only: set[str] | None = None) ->
     plane = ControlPlane(die_with_parent=True)
     try:
         plane.start(say=say)
-        cluster = RealCluster(plane, virt_controller=False).start()
+        # Without the fault proxy: the functions talk to kube-apiserver directly, as in a cluster.
+        cluster = RealCluster(plane, virt_controller=False, fault_proxy=False).start()
         client = config.new_client_from_config(config_file=str(plane.admin_kubeconfig))
         client.configuration.connection_pool_maxsize = 32
         admin = Kube(client)
