@@ -2,10 +2,11 @@
 import importlib
 import sys
 
-# irrelevant first: every function's irrelevant events, start-up and RSS next to the no-op, in one run; image:
+# irrelevant first: every function's irrelevant events, start-up and RSS next to the no-op, in one run;
+# relevant: a relevant event's latency and API calls on the real control plane (bench/relevant.py); image:
 # start-up and RSS from the container image (bench/image.py); broker: the real broker's latency beside localknative's.
 ALL = ["irrelevant", "vmi_cleanup", "device_conflict", "migration_report", "io_pause_report", "alert_forwarder",
-       "api_cost", "image", "broker"]
+       "api_cost", "relevant", "image", "broker"]
 
 
 def main(argv: list[str]) -> int:

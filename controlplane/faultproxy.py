@@ -160,6 +160,10 @@ class _Dropped(Exception):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # TCP_NODELAY on the client's connection: an answer is written as its headers, then its body; with Nagle's
+    # algorithm the body waited for the client's delayed ACK of the headers, about 45 ms on every request
+    # through the proxy (measured: a function's GET 49 ms through it, 1.8 ms with this, 2 ms direct).
+    disable_nagle_algorithm = True
     owner: FaultProxy
     _upstream: http.client.HTTPSConnection | None = None
     _used = 0.0  # when the upstream connection last answered

@@ -44,15 +44,18 @@ class Recorder:
         self.component = component
 
     def record(self, involved: dict, event_type: str, reason: str, message: str, now: datetime, *,
-               annotations: dict[str, str] | None = None, once_for: str | None = None) -> bool:
+               annotations: dict[str, str] | None = None, once_for: str | None = None,
+               refresh: dict[str, str] | None = None) -> bool:
         """Record (or count again) an Event on `involved`. Never raises, but Forbidden. `annotations` go on a new
         Event's metadata (machine-readable facts a function reads back later); they are not part of
-        what makes two Events the same. `once_for` (e.g. the uid of the VMI an act was about): count the Event
-        once for it, as when one act is reported by two deliveries that cannot tell which of them did it; the
-        Event keeps the last one it was counted for (COUNTED_FOR). False when it was counted for it already (the
-        count stays), True otherwise (also when the Event could not be recorded: best-effort)."""
+        what makes two Events the same. `refresh`: annotations written on a new Event and again each time it is
+        counted (what it was last recorded about, e.g. a dry run's objects' versions). `once_for` (e.g. the uid of
+        the VMI an act was about): count the Event once for it, as when one act is reported by two deliveries that
+        cannot tell which of them did it; the Event keeps the last one it was counted for (COUNTED_FOR). False
+        when it was counted for it already (the count stays), True otherwise (also when the Event could not be
+        recorded: best-effort)."""
         try:
-            return self._record(involved, event_type, reason, message, now, annotations, once_for)
+            return self._record(involved, event_type, reason, message, now, annotations, once_for, refresh)
         except Forbidden:
             raise
         except VmeventsError as exc:
@@ -83,15 +86,17 @@ class Recorder:
         return None
 
     def _record(self, involved: dict, event_type: str, reason: str, message: str, now: datetime,
-                annotations: dict[str, str] | None = None, once_for: str | None = None) -> bool:
+                annotations: dict[str, str] | None = None, once_for: str | None = None,
+                refresh: dict[str, str] | None = None) -> bool:
+        written = dict(refresh or {})
         if once_for is not None:
-            annotations = {**(annotations or {}), COUNTED_FOR: once_for}
-        body = self._body(involved, event_type, reason, message, now, annotations)
+            written[COUNTED_FOR] = once_for
+        body = self._body(involved, event_type, reason, message, now, {**(annotations or {}), **written})
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
         try:
             self.kube.create(EVENT, namespace, body)
         except Conflict:  # AlreadyExists: the same Event again
-            return self._count_again(namespace, name, body, body["lastTimestamp"], once_for)
+            return self._count_again(namespace, name, body, body["lastTimestamp"], once_for, written)
         return True
 
     def _body(self, involved: dict, event_type: str, reason: str, message: str, now: datetime,
@@ -114,7 +119,8 @@ class Recorder:
         }
         return body
 
-    def _count_again(self, namespace: str, name: str, body: dict, stamp: str, once_for: str | None = None) -> bool:
+    def _count_again(self, namespace: str, name: str, body: dict, stamp: str, once_for: str | None = None,
+                     written: dict[str, str] | None = None) -> bool:
         """count + 1 on the existing Event. Two deliveries may do this at once: the resourceVersion
         precondition makes the loser re-read and try again (after a short random pause, so that
         racers spread out), and no count is lost; with `once_for`, the loser then sees the winner's
@@ -129,9 +135,9 @@ class Recorder:
                 elif once_for is not None and _counted_for(existing) == once_for:
                     return False
                 else:
-                    metadata = {"resourceVersion": existing["metadata"]["resourceVersion"]}
-                    if once_for is not None:
-                        metadata["annotations"] = {COUNTED_FOR: once_for}
+                    metadata: dict = {"resourceVersion": existing["metadata"]["resourceVersion"]}
+                    if written:
+                        metadata["annotations"] = dict(written)
                     self.kube.merge_patch(EVENT, namespace, name, {
                         "count": int(existing.get("count") or 1) + 1, "lastTimestamp": stamp, "metadata": metadata})
                 return True

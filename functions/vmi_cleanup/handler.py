@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from functions.vmi_cleanup import memory as memories
 from functions.vmi_cleanup import wording
-from functions.vmi_cleanup.decide import ACTING, Action, Facts, Verdict, decide
+from functions.vmi_cleanup.decide import ACTING, Action, Facts, Verdict, Version, decide
 from functions.vmi_cleanup.settings import FUNCTION, Settings
 from shared import kubevirt as kv
 from shared import objects as o
@@ -58,18 +59,28 @@ def rescan(ctx: KubeContext[Settings]) -> Outcome:
     scanned = len(rows)
     candidates = [Target(namespace, row["metadata"]["name"]) for namespace, row in rows
                   if row["cells"].get("phase") in ctx.settings.phases]
-    scan = rescans.run(candidates, lambda found: _visit(found, ctx), ctx.settings.rescan, started=began,
+    # A dry run's candidates already reported on the same objects are spared a decision (functions/vmi_cleanup/
+    # memory.py); an acting install decides every candidate in full.
+    memory = memories.load(ctx.kube, [c.namespace for c in candidates], ctx.settings) \
+        if ctx.settings.dry_run and candidates else None
+    scan = rescans.run(candidates, lambda found: _visit(found, ctx, memory), ctx.settings.rescan, started=began,
                        rotation=rescans.tick_number(ctx.clock()))
     cleaned = sorted(scan.results, key=lambda r: r.subject or "")
     reason = f"{wording.scanned_reason(scanned, len(cleaned))}; {scan.progress()}"
+    if memory is not None:
+        reason += f"; {wording.spared_reason(memory.spared)}"
     if not cleaned:
         return Outcome("rescan", reason=reason)
     reply = summary(FUNCTION, "scanned", "/vmevents/vmi-cleanup/rescan", cleaned, reason, {"vmis": scanned})
     return Outcome("rescan", effect=f"acted-on-{len(cleaned)}", reason=reason, reply=reply)
 
 
-def _visit(found: Target, ctx: KubeContext[Settings]) -> Reply | None:
-    """One candidate of the re-scan: the VMI read in full (the listed row may be stale), then converge."""
+def _visit(found: Target, ctx: KubeContext[Settings], memory: memories.Memory | None = None) -> Reply | None:
+    """One candidate of the re-scan: the VMI read in full (the listed row may be stale), then converge. In a dry
+    run, first: was this verdict reported on these very objects already (memory.py)? Then nothing more."""
+    if memory is not None and memory.unchanged(ctx.kube, found.namespace, found.name or "", ctx.settings,
+                                               ctx.clock(), lambda: _kubevirt_version(ctx)):
+        return None
     vmi = ctx.kube.get(VMI, found.namespace, found.name or "")
     if vmi is None or kv.phase(vmi) not in ctx.settings.phases:
         return None
@@ -80,9 +91,9 @@ def converge(vmi: dict[str, Any], ctx: KubeContext[Settings]) -> Outcome:
     """Decide on fresh objects and act; on a conflict, read again and decide again."""
     for _ in range(MAX_ATTEMPTS):
         vm = _read_vm(ctx, vmi)
-        verdict = _decide_with_facts(vmi, vm, ctx)
+        verdict, version = _decide_with_facts(vmi, vm, ctx)
         try:
-            return _act(verdict, vmi, vm, ctx)
+            return _act(verdict, vmi, vm, ctx, version)
         except Conflict:
             meta = kv.meta(vmi)
             fresh = ctx.kube.get(VMI, meta["namespace"], meta["name"])
@@ -153,15 +164,17 @@ def _read_vm(ctx: KubeContext[Settings], vmi: dict[str, Any]) -> dict[str, Any] 
     return ctx.kube.get(VM, kv.meta(vmi)["namespace"], owner["name"]) if owner else None
 
 
-def _decide_with_facts(vmi: dict[str, Any], vm: dict[str, Any] | None, ctx: KubeContext[Settings]) -> Verdict:
-    """Decide; read the KubeVirt version and in-flight migrations only when an action is possible."""
+def _decide_with_facts(vmi: dict[str, Any], vm: dict[str, Any] | None,
+                       ctx: KubeContext[Settings]) -> tuple[Verdict, Version | None]:
+    """Decide; read the KubeVirt version and in-flight migrations only when an action is possible. With the
+    verdict, the KubeVirt version it was decided on (None when not read)."""
     now = ctx.clock()
     facts = Facts(vmi, vm)
     first = decide(facts, ctx.settings, now)
     if first.action in (Action.SKIP, Action.WAIT):
-        return first
+        return first, None
     facts = replace(facts, kubevirt_version=_kubevirt_version(ctx), migrating=_migrating(ctx, vmi))
-    return decide(facts, ctx.settings, now)
+    return decide(facts, ctx.settings, now), facts.kubevirt_version
 
 
 def _kubevirt_version(ctx: KubeContext[Settings]) -> tuple[int, int, int] | None:
@@ -180,14 +193,16 @@ def _migrating(ctx: KubeContext[Settings], vmi: dict[str, Any]) -> bool:
 
 
 # -- act ------------------------------------------------------------------------------------------
-def _act(verdict: Verdict, vmi: dict[str, Any], vm: dict[str, Any] | None, ctx: KubeContext[Settings]) -> Outcome:
+def _act(verdict: Verdict, vmi: dict[str, Any], vm: dict[str, Any] | None, ctx: KubeContext[Settings],
+         version: Version | None = None) -> Outcome:
     subject = kv.api_path(vmi)
     if verdict.warning:
         ctx.recorder.record(vm or vmi, "Warning", wording.ANNOTATION_INVALID, verdict.warning, ctx.clock())
     if verdict.action not in ACTING:
         return Outcome(verdict.action.value, subject=subject, reason=verdict.reason)
     if ctx.settings.dry_run:
-        return _report(verdict, vmi, vm, ctx, f"would-{verdict.action.value}")
+        return _report(verdict, vmi, vm, ctx, f"would-{verdict.action.value}",
+                       memories.basis(vmi, vm, ctx.settings, version))
     meta = kv.meta(vmi)
     if verdict.action is Action.DELETE_VMI:
         try:
@@ -240,14 +255,15 @@ def halt_patch(vm: dict[str, Any], strategy: str) -> JsonPatch:
 
 # -- report ---------------------------------------------------------------------------------------
 def _report(verdict: Verdict, vmi: dict[str, Any], vm: dict[str, Any] | None, ctx: KubeContext[Settings],
-            effect: str) -> Outcome:
-    """The Event and the reply. An act's Event is counted once per VMI (a dry run's is counted every time): counted
-    for this VMI already, another delivery acted and reported (two DELETEs that lost their answers cannot tell
-    whose was applied), and nothing is announced."""
+            effect: str, basis: memories.Basis | None = None) -> Outcome:
+    """The Event and the reply. An act's Event is counted once per VMI (a dry run's each time it is decided, with
+    the basis of its verdict: memory.py): counted for this VMI already, another delivery acted and reported (two
+    DELETEs that lost their answers cannot tell whose was applied), and nothing is announced."""
     dry = wording.is_dry_run(effect)
     reason = wording.DRY_RUN if dry else wording.CLEANED_UP
     if not ctx.recorder.record(vm or vmi, "Normal", reason, wording.event_message(effect, vmi, verdict), ctx.clock(),
-                               once_for=None if dry else kv.meta(vmi).get("uid")):
+                               once_for=None if dry else kv.meta(vmi).get("uid"),
+                               refresh={memories.BASIS: basis.encode()} if basis else None):
         return Outcome("gone", subject=kv.api_path(vmi), reason="the VMI was deleted; another delivery reported it")
     reply = report(wording.finding(effect, vmi, vm, verdict), "cleaned")
     return Outcome(verdict.action.value, effect=effect, subject=kv.api_path(vmi), reason=verdict.reason, reply=reply)

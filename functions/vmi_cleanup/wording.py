@@ -47,3 +47,7 @@ def finding(effect: str, vmi: dict[str, Any], vm: dict[str, Any] | None, verdict
 
 def scanned_reason(scanned: int, cleaned: int) -> str:
     return f"scanned {scanned} VMI(s), acted on {cleaned}"
+
+
+def spared_reason(spared: int) -> str:
+    return f"{spared} reported before on the same objects (dry run: not decided again)"

@@ -13,6 +13,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from functions.vmi_cleanup.handler import rescan
+from functions.vmi_cleanup.settings import FUNCTION, Settings
+from shared.kube import Kube
+from shared.recorder import Recorder
+from shared.runtime import KubeContext
 from simcluster.builders.kubevirt import make_vmi
 from simcluster.play import virtctl_start
 from tests import backends, e2e
@@ -305,6 +310,25 @@ def test_the_delay_works_with_no_timer_in_memory(world):
     world.settle()  # that update itself is an event: due now
     world.knative.ping.tick()
     eventually(lambda: world.vmi(name) is None, what="VMI deleted once due")
+
+
+def test_a_dry_run_tick_reads_back_what_its_events_reported(world):
+    """The dry-run overlay's re-scan (functions/vmi_cleanup/memory.py; tests/functions/vmi_cleanup/
+    test_dry_run_tick.py has its rows), run in-process with the function's ServiceAccount and a clock two hours
+    ahead: the running function (CLEANUP_AFTER=0s, but this VMI says 1h) waits, the dry run finds it due."""
+    name = world.vm("Manual", annotations={"vmevents.io/cleanup-after": "1h"})
+    world.start_manual(name)
+    world.power_off(name)
+    world.settle()
+    kube = Kube(world.cluster.api_client(service_account=FUNCTION_SA))
+    ctx = KubeContext(FUNCTION, Settings(dry_run=True), lambda: datetime.now(UTC) + timedelta(hours=2), kube,
+                      Recorder(kube, FUNCTION))
+    first = rescan(ctx)
+    assert f"default/{name}" in {f["details"]["vmi"] for f in first.reply.data["findings"]}
+    second = rescan(ctx)
+    assert f"default/{name}" not in {f["details"]["vmi"] for f in (second.reply.data["findings"]
+                                                                  if second.reply else ())}, second.reason
+    assert world.vmi(name) is not None
 
 
 def test_the_function_needs_nothing_beyond_its_shipped_rbac(world):
