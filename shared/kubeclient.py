@@ -8,11 +8,15 @@ auth plugins), `Configuration`, `ApiClient` and its REST layer, and `ApiExceptio
 sends every request through `ApiClient.param_serialize` / `call_api` and keeps responses as dicts, so
 no model class is ever built. Those are what is imported here, from the package's own modules; of the
 configuration loaders, the in-cluster one in a pod, the kubeconfig one (requests, oauthlib, YAML) elsewhere.
+`ApiClient` itself waits for its first use: its module brings pydantic (for `SecretStr` and the
+`ApiResponse` model), dateutil and multiprocessing.pool, about a third of what the client costs at start
+(docs/hot-path.md), and an irrelevant event never needs it (shared/kube.py builds it on the first request).
 
 How: the packages `kubernetes`, `kubernetes.client`, `kubernetes.client.models`, `kubernetes.utils` and
 `kubernetes.config` are entered in sys.modules as their real module objects (found by the import system, so `__path__`
 and `__spec__` are the package's) without running their `__init__`; each runs it the first time
-anything asks it for a name it does not hold yet (PEP 562 module `__getattr__`). So a later `from
+anything asks it for a name it does not hold yet (PEP 562 module `__getattr__`), except the names of
+`_PARTS`, which import the one module that holds them. So a later `from
 kubernetes.client import V1Pod` or `import kubernetes.watch`, in a test or in code written after this,
 gets the whole package as usual, just later. Call `load()` before anything imports `kubernetes`; when
 something already has, it returns the package as it is.
@@ -28,6 +32,8 @@ from typing import Any
 
 # The packages whose __init__ waits for a name it does not hold (parents first).
 _DEFERRED = ("kubernetes", "kubernetes.client", "kubernetes.client.models", "kubernetes.utils", "kubernetes.config")
+# Names a deferred package answers by importing the one module that holds them, not its whole __init__.
+_PARTS = {"kubernetes.client": {"ApiClient": "kubernetes.client.api_client"}}
 _lock = threading.RLock()
 
 
@@ -38,8 +44,14 @@ def _deferred_package(name: str) -> ModuleType:
         raise ImportError(f"no module named {name!r}")
     module = importlib.util.module_from_spec(spec)
     done = [False]
+    parts = _PARTS.get(name, {})
 
     def complete(attribute: str) -> Any:
+        if attribute in parts and not done[0]:
+            with _lock:
+                value = getattr(importlib.import_module(parts[attribute]), attribute)
+                module.__dict__.setdefault(attribute, value)
+                return module.__dict__[attribute]
         # Run the real __init__ into this same module once, then answer from it.
         with _lock:
             if not done[0]:
@@ -65,7 +77,8 @@ def _deferred_package(name: str) -> ModuleType:
 
 
 def load() -> None:
-    """Import the configuration loaders, ApiClient, Configuration, the REST layer and ApiException."""
+    """Import Configuration, the REST layer and ApiException; the configuration loaders and ApiClient
+    (`kubernetes.client.ApiClient`, see _PARTS) when first asked for."""
     with _lock:
         if "kubernetes" in sys.modules:
             return
@@ -74,7 +87,6 @@ def load() -> None:
         client: Any = sys.modules["kubernetes.client"]
         # What kubernetes/client/__init__.py exports and kubernetes.config imports by name from it.
         client.Configuration = importlib.import_module("kubernetes.client.configuration").Configuration
-        client.ApiClient = importlib.import_module("kubernetes.client.api_client").ApiClient
         client.exceptions = importlib.import_module("kubernetes.client.exceptions")
         client.ApiException = client.exceptions.ApiException
         client.rest = importlib.import_module("kubernetes.client.rest")

@@ -32,15 +32,17 @@ def connect() -> Kube:
             incluster_loader().load_incluster_config(client_configuration=configuration)
         except Exception as exc:  # noqa: BLE001 - whatever it is, it must be one line, not a traceback
             raise RuntimeError(f"in-cluster Kubernetes configuration cannot be used: {_one_line(exc)}") from None
-        return Kube(k8s.ApiClient(configuration))
+        return Kube(configuration)  # its ApiClient is built on the first request (shared/kube.py)
     path = os.environ.get("KUBECONFIG") or None
     if path and not os.path.isfile(path.split(os.pathsep)[0]):
         raise RuntimeError(f"no Kubernetes configuration: not in a cluster and KUBECONFIG={path} cannot be used "
                            f"(no such file); set KUBECONFIG to a kubeconfig file.")
     k8s_config = kubeconfig_loader()
     try:
-        # Pass KUBECONFIG explicitly: the client reads it at import time otherwise.
-        return Kube(k8s_config.new_client_from_config(config_file=path, client_configuration=configuration))
+        # Pass KUBECONFIG explicitly: the client reads it at import time otherwise. What new_client_from_config
+        # does, but its ApiClient is built on the first request.
+        k8s_config.load_kube_config(config_file=path, client_configuration=configuration)
+        return Kube(configuration)
     except Exception as exc:  # noqa: BLE001 - a YAML error, a list where a map is due, a missing key, ...
         where = f"KUBECONFIG={path}" if path else f"{os.path.expanduser(k8s_config.KUBE_CONFIG_DEFAULT_LOCATION)}"
         raise RuntimeError(f"no Kubernetes configuration: not in a cluster and {where} cannot be used "
