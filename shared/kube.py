@@ -10,11 +10,9 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
-
-from urllib3.exceptions import HTTPError as TransportError
 
 from shared.errors import PermanentError, TemporaryError, parse_retry_after, refused_request
 from shared.kinds import (  # noqa: F401 - the resource types (shared/kinds.py), imported from here by the functions
@@ -95,6 +93,13 @@ def _error_for(status: int, message: str, retry_after: float | None, method: str
     return Unavailable(message, retry_after=retry_after)
 
 
+def _transport_error() -> type[Exception]:
+    """urllib3's base error, what the client lets through for a failed connection (urllib3 is imported by then)."""
+    from urllib3.exceptions import HTTPError
+
+    return HTTPError
+
+
 def _status_message(body: bytes, fallback: str) -> str:
     try:
         return json.loads(body).get("message") or fallback
@@ -136,13 +141,13 @@ JsonPatch = list[dict[str, Any]]
 
 
 class Kube:
-    """A small façade over one `ApiClient`, or over a `Configuration` (shared/kubeconfig.py, at start-up), when
-    the ApiClient is built on the first request: its module brings pydantic and dateutil, which an irrelevant
-    event never needs. Counts its calls (the benchmark reports them)."""
+    """A small façade over one `ApiClient`, or over `connect`, which makes it on the first request
+    (shared/kubeconfig.py in a pod: urllib3, pydantic, dateutil, which an irrelevant event never needs, are then
+    imported when first needed). Counts its calls (the benchmark reports them)."""
 
-    def __init__(self, api_client: k8s.ApiClient | k8s.Configuration, *, page_size: int = PAGE_SIZE):
-        self._api = None if isinstance(api_client, k8s.Configuration) else api_client
-        self._configuration = api_client
+    def __init__(self, api_client: k8s.ApiClient | None = None, *, page_size: int = PAGE_SIZE,
+                 connect: Callable[[], k8s.ApiClient] | None = None):
+        self._api, self._connect = api_client, connect
         self.page_size = page_size
         self._calls = itertools.count()
         self.calls = 0
@@ -152,8 +157,11 @@ class Kube:
     @property
     def api(self) -> k8s.ApiClient:
         with self._count:
-            self._api = self._api or k8s.ApiClient(self._configuration)
-        return self._api
+            if self._api is None:
+                if self._connect is None:
+                    raise TypeError("a Kube needs an ApiClient or a way to connect")
+                self._api = self._connect()
+            return self._api
 
     # -- transport ---------------------------------------------------------------------------
     def request(self, method: str, path: str, *, query: dict | None = None, body: Any = None,
@@ -178,7 +186,7 @@ class Kube:
                 self.bytes_received += len(data)
         except ApiException as exc:  # raised by the client for transport-level trouble
             raise Unavailable(f"{what}: {exc.reason or exc}") from None
-        except (TransportError, OSError) as exc:
+        except (_transport_error(), OSError) as exc:
             raise Unavailable(f"{what}: Kubernetes API unreachable ({exc.__class__.__name__})") from None
         if response.status >= 300:
             message = _status_message(data, f"HTTP {response.status}")
