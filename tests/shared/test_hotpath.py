@@ -63,6 +63,33 @@ def test_checking_the_envelope_in_the_environ_is_check_binary(headers):
         wsgi.check_binary_environ(env)
 
 
+def _parsed(parse, *args):
+    try:
+        return parse(*args)
+    except BadEvent as exc:
+        return ("BadEvent", exc.message)
+
+
+@pytest.mark.parametrize("headers, body", [
+    (GOOD, b'{"kind": "VirtualMachineInstance", "metadata": {"name": "vm1"}}'),
+    ({**GOOD, "ce-myextension": "x", "ce-Mixed-Case": "y"}, b"{}"),
+    ({**GOOD, "Content-Type": "application/json; charset=utf-8"}, b"[1, 2]"),
+    ({**GOOD, "Content-Type": "text/plain"}, b"not json"),
+    (GOOD, b"{not json"),
+    (GOOD, b""),
+    ({k: v for k, v in GOOD.items() if k != "ce-specversion"}, b"{}"),
+    ({**GOOD, "ce-specversion": "0.3"}, b"{}"),
+    ({**GOOD, "ce-subject": "x" * 5000}, b"{}"),
+    ({"Content-Type": "application/cloudevents+json"}, b'{"specversion": "1.0", "id": "1", "source": "s", '
+                                                       b'"type": "t", "data": {"a": 1}}'),
+    ({"Content-Type": "application/cloudevents+json"}, b"[]"),
+    ({"Content-Type": "application/json"}, b"{}"),
+])
+def test_parsing_the_environ_is_parsing_its_headers(headers, body):
+    env = environ(headers)
+    assert _parsed(intake.parse_environ, env, body) == _parsed(intake.parse, intake.wsgi_headers(env), body)
+
+
 def _lines(capsys_or_list):
     return [json.loads(line) for line in b"".join(capsys_or_list).splitlines()]
 
