@@ -17,7 +17,11 @@ functions-framework (gunicorn, as in the image):
    (--no-pin leaves them to the scheduler). The Kubernetes API calls the functions made meanwhile (the
    simulated API server counts them);
 4. instructions per irrelevant event, function ÷ no-op, counted by callgrind (bench/instructions.py),
-   when valgrind is installed: the figure that does not move with the machine's load.
+   when valgrind is installed: in-process (Flask and the function, what tests/bench/test_instructions.py
+   holds), and served (the gunicorn worker whole, `count_served`). The no-op's served count ÷ the function's
+   is the throughput ratio of a worker with a CPU to itself, and the figure the throughput verdict is on: it
+   does not move with the machine's load, where on a shared 2-core machine the wall-clock pairs spread widely
+   (without valgrind the verdict is on events per CPU-second).
 
 It prints PASS/MISS against the targets of issue 25 and exits 0 either way: a report, not a test
 (tests/bench/test_instructions.py holds the instruction ratio).
