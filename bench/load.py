@@ -101,6 +101,9 @@ def _lua_string(text: str) -> str:
 class Wrk(Generator):
     name = "wrk"
 
+    def __init__(self, prefix: list[str] | None = None):
+        self.prefix = list(prefix or [])  # a command wrk runs under: bench/irrelevant.py pins it with taskset
+
     def describe(self, load: Load) -> str:
         version = subprocess.run(["wrk", "--version"], capture_output=True, text=True).stdout.split("\n")[0]
         return (f"{version.split(' [')[0] or 'wrk'}: -t{load.threads} -c{load.connections} -d{load.seconds}s, "
@@ -120,7 +123,7 @@ class Wrk(Generator):
             # wrk sleeps the whole -d even when every thread stopped early: keep it short for small runs.
             seconds = 1 if load.max_requests and load.seconds > 1 else load.seconds
             done = subprocess.run(
-                ["wrk", f"-t{load.threads}", f"-c{load.connections}", f"-d{seconds}s", "--timeout", "10s",
+                [*self.prefix, "wrk", f"-t{load.threads}", f"-c{load.connections}", f"-d{seconds}s", "--timeout", "10s",
                  "-s", str(script), f"http://127.0.0.1:{port}/"],
                 capture_output=True, text=True, timeout=seconds + 30)
         lines = [line for line in done.stdout.splitlines() if line.startswith("BENCH ")]

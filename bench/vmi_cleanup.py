@@ -263,6 +263,10 @@ class Server:
         """VmRSS of the gunicorn master and every descendant (the worker), in KiB."""
         return sum(_vmrss(pid) for pid in _tree(self.proc.pid))
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) the gunicorn master and its worker have used so far, every thread's."""
+        return sum(_cpu_seconds(pid) for pid in _tree(self.proc.pid))
+
     def stop(self) -> None:
         proc, self.proc = self.proc, None
         if proc is not None:
@@ -283,6 +287,14 @@ def _tree(root: int) -> list[int]:
         found.append(pid)
         todo.extend(parents.get(pid, ()))
     return found
+
+
+def _cpu_seconds(pid: int) -> float:
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        # after the parenthesised command name: state is field 3, utime and stime fields 14 and 15 (proc(5))
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return 0.0
 
 
 def _vmrss(pid: int) -> int:

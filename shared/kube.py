@@ -10,66 +10,33 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
-
-from urllib3.exceptions import HTTPError as TransportError
 
 from shared.errors import PermanentError, TemporaryError, parse_retry_after, refused_request
+from shared.kinds import (  # noqa: F401 - the resource types (shared/kinds.py), imported from here by the functions
+    EVENT,
+    KINDS,
+    KUBEVIRT,
+    LONGHORN_ENGINE,
+    LONGHORN_VOLUME,
+    MIGRATION_POLICY,
+    NAMESPACE,
+    POD,
+    PV,
+    PVC,
+    VM,
+    VMI,
+    VMIM,
+    Kind,
+)
 from shared.kubeclient import ApiException
 from shared.kubeclient import client as k8s
 
 # (connect, read) seconds: a hung API server is a 5xx before the broker's delivery timeout, so it redelivers.
 REQUEST_TIMEOUT = (3.0, 10.0)
 PAGE_SIZE = 250
-
-
-@dataclass(frozen=True)
-class Kind:
-    """One resource type: where it lives in the API."""
-
-    api_version: str
-    kind: str
-    plural: str
-    namespaced: bool = True
-
-    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
-        """The request path. Every caller-given segment is percent-escaped (no `/`, `?`, `#` or `..` survives),
-        so a name can never turn a GET into another resource's GET, a WATCH or a query: at worst it names
-        an object that does not exist."""
-        root = f"/api/{self.api_version}" if "/" not in self.api_version else f"/apis/{self.api_version}"
-        parts = [root]
-        if self.namespaced and namespace:
-            parts.append(f"namespaces/{_segment(namespace)}")
-        parts.append(self.plural)
-        if name:
-            parts.append(_segment(name))
-        if subresource:
-            parts.append(_segment(subresource))
-        return "/".join(parts)
-
-
-def _segment(text: str) -> str:
-    """One path segment, escaped; `.` and `..` (which a URL resolver would collapse) are escaped too."""
-    escaped = quote(str(text), safe="")
-    return escaped.replace(".", "%2E") if escaped in (".", "..") else escaped
-
-
-VMI = Kind("kubevirt.io/v1", "VirtualMachineInstance", "virtualmachineinstances")
-VM = Kind("kubevirt.io/v1", "VirtualMachine", "virtualmachines")
-VMIM = Kind("kubevirt.io/v1", "VirtualMachineInstanceMigration", "virtualmachineinstancemigrations")
-KUBEVIRT = Kind("kubevirt.io/v1", "KubeVirt", "kubevirts")
-MIGRATION_POLICY = Kind("migrations.kubevirt.io/v1alpha1", "MigrationPolicy", "migrationpolicies", namespaced=False)
-POD = Kind("v1", "Pod", "pods")
-EVENT = Kind("v1", "Event", "events")
-NAMESPACE = Kind("v1", "Namespace", "namespaces", namespaced=False)
-PVC = Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims")
-PV = Kind("v1", "PersistentVolume", "persistentvolumes", namespaced=False)
-LONGHORN_VOLUME = Kind("longhorn.io/v1beta2", "Volume", "volumes")
-LONGHORN_ENGINE = Kind("longhorn.io/v1beta2", "Engine", "engines")
-KINDS = {k.kind: k for k in (VMI, VM, VMIM, KUBEVIRT, MIGRATION_POLICY, POD, EVENT, NAMESPACE, PVC, PV)}
 
 
 class KubeError(Exception):
@@ -126,6 +93,13 @@ def _error_for(status: int, message: str, retry_after: float | None, method: str
     return Unavailable(message, retry_after=retry_after)
 
 
+def _transport_error() -> type[Exception]:
+    """urllib3's base error, what the client lets through for a failed connection (urllib3 is imported by then)."""
+    from urllib3.exceptions import HTTPError
+
+    return HTTPError
+
+
 def _status_message(body: bytes, fallback: str) -> str:
     try:
         return json.loads(body).get("message") or fallback
@@ -167,15 +141,27 @@ JsonPatch = list[dict[str, Any]]
 
 
 class Kube:
-    """A small façade over one `ApiClient`. Counts its calls (the benchmark reports them)."""
+    """A small façade over one `ApiClient`, or over `connect`, which makes it on the first request
+    (shared/kubeconfig.py in a pod: urllib3, pydantic, dateutil, which an irrelevant event never needs, are then
+    imported when first needed). Counts its calls (the benchmark reports them)."""
 
-    def __init__(self, api_client: k8s.ApiClient, *, page_size: int = PAGE_SIZE):
-        self.api = api_client
+    def __init__(self, api_client: k8s.ApiClient | None = None, *, page_size: int = PAGE_SIZE,
+                 connect: Callable[[], k8s.ApiClient] | None = None):
+        self._api, self._connect = api_client, connect
         self.page_size = page_size
         self._calls = itertools.count()
         self.calls = 0
         self.bytes_received = 0  # response bodies, as received (the benchmark reports them)
         self._count = threading.Lock()  # re-scans read in parallel (shared/rescan.py)
+
+    @property
+    def api(self) -> k8s.ApiClient:
+        with self._count:
+            if self._api is None:
+                if self._connect is None:
+                    raise TypeError("a Kube needs an ApiClient or a way to connect")
+                self._api = self._connect()
+            return self._api
 
     # -- transport ---------------------------------------------------------------------------
     def request(self, method: str, path: str, *, query: dict | None = None, body: Any = None,
@@ -187,21 +173,20 @@ class Kube:
         """One request; the response body as received, or the error it is (see `_error_for`)."""
         with self._count:
             self.calls = next(self._calls) + 1
-        headers = {"Accept": accept}
-        if body is not None:
-            headers["Content-Type"] = content_type
-        params = self.api.param_serialize(method=method, resource_path=path,
+        headers = {"Accept": accept} if body is None else {"Accept": accept, "Content-Type": content_type}
+        api = self.api
+        params = api.param_serialize(method=method, resource_path=path,
                                           query_params=[(k, v) for k, v in (query or {}).items() if v is not None],
                                           header_params=headers, body=body, auth_settings=["BearerToken"])
         what = f"{method} {path}"
         try:
-            response = self.api.call_api(*params, _request_timeout=REQUEST_TIMEOUT)
+            response = api.call_api(*params, _request_timeout=REQUEST_TIMEOUT)
             data: bytes = response.read()
             with self._count:
                 self.bytes_received += len(data)
         except ApiException as exc:  # raised by the client for transport-level trouble
             raise Unavailable(f"{what}: {exc.reason or exc}") from None
-        except (TransportError, OSError) as exc:
+        except (_transport_error(), OSError) as exc:
             raise Unavailable(f"{what}: Kubernetes API unreachable ({exc.__class__.__name__})") from None
         if response.status >= 300:
             message = _status_message(data, f"HTTP {response.status}")

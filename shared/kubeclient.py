@@ -1,4 +1,5 @@
-"""The parts of the `kubernetes` package the functions use, imported without the rest of it.
+"""The parts of the `kubernetes` package the functions use, imported without the rest of it, and each when first
+used.
 
 `import kubernetes` runs the package's `__init__`, which imports the dynamic client (and through it
 kubernetes_validate and jsonschema), watch, stream, utils, leaderelection and informer, and
@@ -6,13 +7,18 @@ kubernetes_validate and jsonschema), watch, stream, utils, leaderelection and in
 functions use the configuration loaders (`kubernetes.config`: kubeconfig, in-cluster, exec and OIDC/GCP
 auth plugins), `Configuration`, `ApiClient` and its REST layer, and `ApiException`: shared/kube.py
 sends every request through `ApiClient.param_serialize` / `call_api` and keeps responses as dicts, so
-no model class is ever built. Those are what is imported here, from the package's own modules; of the
-configuration loaders, the in-cluster one in a pod, the kubeconfig one (requests, oauthlib, YAML) elsewhere.
+no model class is ever built. Those are what is imported, from the package's own modules, and only when first
+asked for: `ApiException` at once (its module is small); `Configuration` and the REST layer bring urllib3,
+`ApiClient` brings pydantic, dateutil and multiprocessing.pool: together most of what a function costs at
+start-up beyond functions-framework (docs/hot-path.md), and an irrelevant event needs none of them. In a pod
+shared/kubeconfig.py asks for them on the first request; outside one, the kubeconfig loader (requests, oauthlib,
+YAML) asks for them at start.
 
 How: the packages `kubernetes`, `kubernetes.client`, `kubernetes.client.models`, `kubernetes.utils` and
-`kubernetes.config` are entered in sys.modules as their real module objects (found by the import system, so `__path__`
-and `__spec__` are the package's) without running their `__init__`; each runs it the first time
-anything asks it for a name it does not hold yet (PEP 562 module `__getattr__`). So a later `from
+`kubernetes.config` are entered in sys.modules as their real module objects (found by the import system, so
+`__path__` and `__spec__` are the package's) without running their `__init__`. Asked for a name it does not hold
+yet (PEP 562 module `__getattr__`), such a package imports the one module that holds it when it is one of `_PARTS`
+or a submodule (`from kubernetes.client import rest`), and otherwise runs its real `__init__`. So a later `from
 kubernetes.client import V1Pod` or `import kubernetes.watch`, in a test or in code written after this,
 gets the whole package as usual, just later. Call `load()` before anything imports `kubernetes`; when
 something already has, it returns the package as it is.
@@ -28,6 +34,11 @@ from typing import Any
 
 # The packages whose __init__ waits for a name it does not hold (parents first).
 _DEFERRED = ("kubernetes", "kubernetes.client", "kubernetes.client.models", "kubernetes.utils", "kubernetes.config")
+# Names a deferred package answers by importing the one module that holds them, not its whole __init__: what
+# kubernetes/client/__init__.py exports and kubernetes.config imports by name from it.
+_PARTS = {"kubernetes.client": {"ApiClient": "kubernetes.client.api_client",
+                                "Configuration": "kubernetes.client.configuration",
+                                "ApiException": "kubernetes.client.exceptions"}}
 _lock = threading.RLock()
 
 
@@ -38,8 +49,17 @@ def _deferred_package(name: str) -> ModuleType:
         raise ImportError(f"no module named {name!r}")
     module = importlib.util.module_from_spec(spec)
     done = [False]
+    parts = _PARTS.get(name, {})
 
     def complete(attribute: str) -> Any:
+        if not done[0] and not attribute.startswith("__"):
+            with _lock:
+                if attribute in parts:
+                    module.__dict__.setdefault(attribute, getattr(importlib.import_module(parts[attribute]),
+                                                                  attribute))
+                    return module.__dict__[attribute]
+                if importlib.util.find_spec(f"{name}.{attribute}") is not None:  # a submodule: that one alone
+                    return importlib.import_module(f"{name}.{attribute}")
         # Run the real __init__ into this same module once, then answer from it.
         with _lock:
             if not done[0]:
@@ -65,23 +85,17 @@ def _deferred_package(name: str) -> ModuleType:
 
 
 def load() -> None:
-    """Import the configuration loaders, ApiClient, Configuration, the REST layer and ApiException."""
+    """Enter the deferred packages; every part is imported when first asked for (see _PARTS)."""
     with _lock:
         if "kubernetes" in sys.modules:
             return
         for name in _DEFERRED:
             _deferred_package(name)
-        client: Any = sys.modules["kubernetes.client"]
-        # What kubernetes/client/__init__.py exports and kubernetes.config imports by name from it.
-        client.Configuration = importlib.import_module("kubernetes.client.configuration").Configuration
-        client.ApiClient = importlib.import_module("kubernetes.client.api_client").ApiClient
-        client.exceptions = importlib.import_module("kubernetes.client.exceptions")
-        client.ApiException = client.exceptions.ApiException
-        client.rest = importlib.import_module("kubernetes.client.rest")
 
 
 def incluster_loader() -> ModuleType:
-    """kubernetes.config.incluster_config: the service account's token and CA, what a function in a pod uses."""
+    """kubernetes.config.incluster_config: the service account's token and CA, what a function in a pod uses
+    (with Configuration, so urllib3)."""
     return importlib.import_module("kubernetes.config.incluster_config")
 
 

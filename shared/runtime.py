@@ -141,7 +141,7 @@ class FunctionApp:
                 wsgi.check_binary_environ(environ)  # a valid envelope; the data is not even decoded
                 outcome = IRRELEVANT
             else:
-                event = intake.parse(intake.wsgi_headers(environ), body)
+                event = intake.parse_environ(environ, body)
                 outcome = self.on_event(event, self.context)
             response = self._respond(outcome)
         except Exception as exc:  # noqa: BLE001 - every failure must become an HTTP answer

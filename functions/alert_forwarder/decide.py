@@ -148,14 +148,17 @@ def decide(event_type: str, found: list[Finding], settings: Settings, now: datet
         return Verdict("drop", "alert-forwarder's own event (never forwarded: no loop)")
     floor = SEVERITIES.index(settings.min_severity)
     alerts: list[Alert] = []
-    below: list[Alert] = []
+    below: list[str] = []  # the severities of the findings dropped (no alert is made for them: most are info)
     for finding in found:
-        alert, severity = to_alert(finding, settings, now)
-        (alerts if SEVERITIES.index(severity) >= floor else below).append(alert)
+        severity = severity_of(finding, kind_of(finding))
+        if SEVERITIES.index(severity) >= floor:
+            alerts.append(to_alert(finding, settings, now)[0])
+        else:
+            below.append(severity)
     if not alerts and not below:
         return Verdict("drop", "the event carries no finding")
     if not alerts:
-        return Verdict("drop", f"severity {below[0].labels['severity']}, below MIN_SEVERITY={settings.min_severity}")
+        return Verdict("drop", f"severity {below[0]}, below MIN_SEVERITY={settings.min_severity}")
     state = "resolved" if all(a.resolved for a in alerts) else "firing"
     listed = ", ".join(sorted({f"{a.labels['alertname']} {wording.identity(a.labels)}" for a in alerts}))
     dropped = f" ({len(below)} below MIN_SEVERITY)" if below else ""

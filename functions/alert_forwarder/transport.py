@@ -16,15 +16,17 @@ link-local metadata endpoint (169.254.169.254). Such a redirect is a refusal (50
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Collection, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
-
-import requests
 
 from functions.alert_forwarder.settings import redact
 from shared.errors import TemporaryError, VmeventsError, parse_retry_after
 from shared.redact import REDACTED, scrub, url_secrets
+
+if TYPE_CHECKING:  # requests (and urllib3, charset_normalizer: ~6 MiB) is imported on the first post
+    import requests
 
 # Only the redirects that keep the method and the body (RFC 9110 §15.4.8-9): a 301/302/303 turns a POST
 # into a GET, which would "deliver" the alert to nobody with a 200.
@@ -40,7 +42,20 @@ class ReceiverRefused(VmeventsError):
     status = 502
 
 
-_session = requests.Session()  # one connection pool per process
+_session: requests.Session | None = None  # one connection pool per process, made on the first post
+_making = threading.Lock()
+
+
+def session() -> requests.Session:
+    """The process's requests session: requests is imported, and the session made, by the first post (a dropped
+    finding, most of what alert-forwarder receives, never posts)."""
+    global _session
+    with _making:
+        if _session is None:
+            import requests
+
+            _session = requests.Session()
+        return _session
 
 
 def post(name: str, url: str, body: Any, headers: Mapping[str, str], verify: bool | str, timeout: float, *,
@@ -53,8 +68,11 @@ def post(name: str, url: str, body: Any, headers: Mapping[str, str], verify: boo
     # URL is a credential: shared/redact.py).
     secrets = [part for value in sent.values() for part in (value, value.partition(" ")[2]) if part]
     secrets += url_secrets(url)
+    client = session()
+    import requests  # imported by session()
+
     try:
-        response = _session.post(url, json=body, headers=sent, verify=verify, timeout=timeout,
+        response = client.post(url, json=body, headers=sent, verify=verify, timeout=timeout,
                                  allow_redirects=False)
         for _ in range(MAX_REDIRECTS):
             if response.status_code not in FOLLOWED_REDIRECTS or not response.headers.get("Location"):
@@ -68,7 +86,7 @@ def post(name: str, url: str, body: Any, headers: Mapping[str, str], verify: boo
             if _origin(following) != _origin(url):
                 sent = {key: value for key, value in sent.items()
                         if key.lower() != "authorization" and key not in credentials}
-            response = _session.post(following, json=body, headers=sent, verify=verify, timeout=timeout,
+            response = client.post(following, json=body, headers=sent, verify=verify, timeout=timeout,
                                      allow_redirects=False)
     except requests.RequestException as exc:
         return [TemporaryError(f"{name} at {redact(url)} is unreachable ({type(exc).__name__}); "

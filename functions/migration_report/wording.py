@@ -4,8 +4,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import yaml
-
 from functions.migration_report.arithmetic import quantity
 from functions.migration_report.decide import Facts, Verdict
 from functions.migration_report.settings import Settings
@@ -188,7 +186,7 @@ def _policy_step(facts: Facts, report: dict, fields: dict, why: str) -> dict:
     document = {"apiVersion": "migrations.kubevirt.io/v1alpha1", "kind": "MigrationPolicy",
                 "metadata": {"name": name}, "spec": spec}
     return {"action": action, "why": why + (f" {note}" if note else ""),
-            "yaml": yaml.safe_dump(document, sort_keys=False)}
+            "yaml": _yaml(document)}
 
 
 def _stable_labels(vmi: dict) -> dict:
@@ -200,4 +198,11 @@ def _stable_labels(vmi: dict) -> dict:
 
 
 def _kubevirt_patch(migrations: dict) -> str:
-    return yaml.safe_dump({"spec": {"configuration": {"migrations": migrations}}}, sort_keys=False)
+    return _yaml({"spec": {"configuration": {"migrations": migrations}}})
+
+
+def _yaml(document: Any) -> str:
+    """A patch as YAML; PyYAML is imported the first time one is written (an irrelevant event writes none)."""
+    import yaml
+
+    return yaml.safe_dump(document, sort_keys=False)

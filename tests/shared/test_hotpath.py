@@ -63,6 +63,33 @@ def test_checking_the_envelope_in_the_environ_is_check_binary(headers):
         wsgi.check_binary_environ(env)
 
 
+def _parsed(parse, *args):
+    try:
+        return parse(*args)
+    except BadEvent as exc:
+        return ("BadEvent", exc.message)
+
+
+@pytest.mark.parametrize("headers, body", [
+    (GOOD, b'{"kind": "VirtualMachineInstance", "metadata": {"name": "vm1"}}'),
+    ({**GOOD, "ce-myextension": "x", "ce-Mixed-Case": "y"}, b"{}"),
+    ({**GOOD, "Content-Type": "application/json; charset=utf-8"}, b"[1, 2]"),
+    ({**GOOD, "Content-Type": "text/plain"}, b"not json"),
+    (GOOD, b"{not json"),
+    (GOOD, b""),
+    ({k: v for k, v in GOOD.items() if k != "ce-specversion"}, b"{}"),
+    ({**GOOD, "ce-specversion": "0.3"}, b"{}"),
+    ({**GOOD, "ce-subject": "x" * 5000}, b"{}"),
+    ({"Content-Type": "application/cloudevents+json"}, b'{"specversion": "1.0", "id": "1", "source": "s", '
+                                                       b'"type": "t", "data": {"a": 1}}'),
+    ({"Content-Type": "application/cloudevents+json"}, b"[]"),
+    ({"Content-Type": "application/json"}, b"{}"),
+])
+def test_parsing_the_environ_is_parsing_its_headers(headers, body):
+    env = environ(headers)
+    assert _parsed(intake.parse_environ, env, body) == _parsed(intake.parse, intake.wsgi_headers(env), body)
+
+
 def _lines(capsys_or_list):
     return [json.loads(line) for line in b"".join(capsys_or_list).splitlines()]
 
@@ -98,10 +125,13 @@ def _fresh(code: str) -> dict:
 @pytest.mark.timeout(600)  # a fresh interpreter importing the client: slow on a loaded machine
 def test_the_client_comes_without_its_models_and_the_rest_of_the_package():
     found = _fresh("import json, sys; import shared.kube, shared.kubeconfig; "
-                   "print(json.dumps(sorted(m for m in sys.modules if m.startswith('kubernetes'))))")
-    assert "kubernetes.client.api_client" in found and "kubernetes.client.rest" in found
+                   "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('kubernetes', 'urllib3', "
+                   "'pydantic', 'dateutil')))))")
+    assert "kubernetes.client.exceptions" in found
+    # Configuration, the REST layer and ApiClient (urllib3, pydantic, dateutil) wait for their first use.
     for heavy in ("kubernetes.dynamic", "kubernetes.watch", "kubernetes.stream", "kubernetes.client.api",
-                  "kubernetes.client.models.v1_pod", "kubernetes.config.kube_config"):
+                  "kubernetes.client.models.v1_pod", "kubernetes.config.kube_config", "kubernetes.client.api_client",
+                  "kubernetes.client.configuration", "kubernetes.client.rest", "urllib3", "pydantic", "dateutil"):
         assert heavy not in found
 
 
@@ -124,18 +154,71 @@ def test_a_model_asked_of_the_models_package_first_is_there():
 
 
 @pytest.mark.timeout(600)
-def test_in_a_pod_the_kubeconfig_loader_and_its_auth_plugins_stay_out(tmp_path, monkeypatch):
-    # incluster_config reads the token and CA from fixed paths; point its loader at ours.
+def test_in_a_pod_the_client_is_made_on_the_first_request_without_the_kubeconfig_loader(tmp_path):
     (tmp_path / "token").write_text("t")
     (tmp_path / "ca.crt").write_text("c")
-    code = ("import json, os, sys; from shared import kubeclient; m = kubeclient.incluster_loader(); "
-            f"m.SERVICE_TOKEN_FILENAME = {str(tmp_path / 'token')!r}; m.SERVICE_CERT_FILENAME = "
-            f"{str(tmp_path / 'ca.crt')!r}; "
-            "import shared.kubeconfig as k; kube = k.connect(); "
-            "print(json.dumps([kube.api.configuration.host, 'kubernetes.config.kube_config' in sys.modules, "
-            "'requests' in sys.modules]))")
+    heavy = "('kubernetes.client.api_client', 'kubernetes.client.configuration', 'urllib3', 'pydantic', 'dateutil')"
+    code = ("import json, os, sys; import shared.kubeconfig as k; "
+            f"k.SERVICE_TOKEN = {str(tmp_path / 'token')!r}; k.SERVICE_CA = {str(tmp_path / 'ca.crt')!r}; "
+            f"kube = k.connect(); started = [m for m in {heavy} if m in sys.modules]; api = kube.api; "
+            f"print(json.dumps([started, [m for m in {heavy} if m in sys.modules], api.configuration.host, "
+            "api.configuration.api_key, api.configuration.ssl_ca_cert.endswith('ca.crt'), kube.api is api, "
+            "'kubernetes.config.kube_config' in sys.modules, 'requests' in sys.modules]))")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=500,
                           env={**os.environ, "PYTHONPATH": REPO, "KUBERNETES_SERVICE_HOST": "10.43.0.1",
                                "KUBERNETES_SERVICE_PORT": "443"})
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.splitlines()[-1]) == ["https://10.43.0.1:443", False, False]
+    # Connected, none of the client's heavy modules is imported; the first use makes it, once, configured by
+    # the kubernetes in-cluster loader.
+    assert json.loads(done.stdout.splitlines()[-1]) == [
+        [], ["kubernetes.client.api_client", "kubernetes.client.configuration", "urllib3", "pydantic", "dateutil"],
+        "https://10.43.0.1:443", {"BearerToken": "bearer t"}, True, True, False, False]
+
+
+def test_the_service_account_paths_are_the_in_cluster_loaders():
+    from shared import kubeclient, kubeconfig
+
+    loader = kubeclient.incluster_loader()
+    assert (kubeconfig.SERVICE_TOKEN, kubeconfig.SERVICE_CA) == (loader.SERVICE_TOKEN_FILENAME,
+                                                                 loader.SERVICE_CERT_FILENAME)
+
+
+@pytest.fixture
+def in_a_pod(tmp_path, monkeypatch):
+    from shared import kubeconfig
+
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "9")
+    (tmp_path / "token").write_text("t")
+    (tmp_path / "ca.crt").write_text("c")
+    monkeypatch.setattr(kubeconfig, "SERVICE_TOKEN", str(tmp_path / "token"))
+    monkeypatch.setattr(kubeconfig, "SERVICE_CA", str(tmp_path / "ca.crt"))
+    return tmp_path
+
+
+@pytest.mark.parametrize("spoil, said", [
+    (lambda d, mp: (d / "token").unlink(), "service account token file"),
+    (lambda d, mp: (d / "token").write_text(""), "token file"),
+    (lambda d, mp: (d / "ca.crt").unlink(), "service account CA file"),
+    (lambda d, mp: (d / "ca.crt").write_text(""), "is empty"),
+    (lambda d, mp: mp.setenv("KUBERNETES_SERVICE_PORT", ""), "KUBERNETES_SERVICE_PORT"),
+])
+def test_in_a_pod_what_the_loader_would_refuse_stops_the_start(in_a_pod, monkeypatch, spoil, said):
+    from shared import kubeconfig
+
+    spoil(in_a_pod, monkeypatch)
+    with pytest.raises(RuntimeError) as refused:
+        kubeconfig.connect()
+    assert str(refused.value).startswith("in-cluster Kubernetes configuration cannot be used: ")
+    assert said in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_in_a_pod_a_token_gone_after_the_start_is_a_503_on_the_first_request(in_a_pod):
+    from shared import kubeconfig
+    from shared.kube import VMI, Unavailable
+
+    kube = kubeconfig.connect()
+    (in_a_pod / "token").unlink()
+    with pytest.raises(Unavailable) as down:
+        kube.get(VMI, "default", "vm1")
+    assert "in-cluster Kubernetes configuration cannot be used" in str(down.value)

@@ -125,14 +125,14 @@ def test_a_redirect_to_a_cluster_internal_or_link_local_host_is_refused_without_
     from functions.alert_forwarder import transport
 
     redirector = hostile(status=308, location=location)
-    asked, real = [], transport._session.post
+    asked, real = [], transport.session().post
 
     def recording(url, **kwargs):  # never lets a request leave loopback, whatever the code under test does
         asked.append(url)
         if not url.startswith(redirector.url):
             raise requests.ConnectionError("not sent: this test never leaves loopback")
         return real(url, **kwargs)
-    monkeypatch.setattr(transport._session, "post", recording)
+    monkeypatch.setattr(transport.session(), "post", recording)
     (error,) = post("Alertmanager", f"{redirector.url}/api/v2/alerts", [{"a": 1}], {}, True, 5.0)
     assert error.status == 502 and "another origin" in error.message
     assert asked == [f"{redirector.url}/api/v2/alerts"], "only the receiver itself was asked"

@@ -179,6 +179,13 @@ def test_target(obj, operation, expected):
     pytest.param("VirtualMachine", json.dumps(vm("a") | {"metadata": {"name": "a", "generation": 5},
                                                          "status": {"observedGeneration": 4}}).encode(), True,
                  id="vm-spec-edit-without-devices-is-decoded"),
+    pytest.param("VirtualMachine", json.dumps(vm("a") | {"metadata": {"name": "a", "generation": 4,
+                                                                      "labels": {"generation": "4"}},
+                                                         "status": {"observedGeneration": 4}}).encode(), True,
+                 id="vm-whose-bytes-name-a-generation-twice-is-decoded"),
+    pytest.param("VirtualMachine", b'{"metadata": {"name": "a", "generation" :  4}, "spec": {}, '
+                                   b'"status": {"observedGeneration":4}}', False,
+                 id="vm-observed-written-with-other-spacing-is-not-decoded"),
     pytest.param("VirtualMachineInstance", json.dumps(vmi("a", D1)).encode(), True, id="vmi-with-hostDevices-key"),
     pytest.param("VirtualMachineInstance", json.dumps(vmi("a")).encode(), False, id="vmi-without-devices"),
     pytest.param("VirtualMachine", json.dumps(seed_vm1()).encode(), True, id="seed-vm"),

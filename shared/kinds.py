@@ -1,0 +1,51 @@
+"""The resource types the functions read and write, and where each lives in the API: no client in here."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import quote
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One resource type: where it lives in the API."""
+
+    api_version: str
+    kind: str
+    plural: str
+    namespaced: bool = True
+
+    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        """The request path. Every caller-given segment is percent-escaped (no `/`, `?`, `#` or `..` survives),
+        so a name can never turn a GET into another resource's GET, a WATCH or a query: at worst it names
+        an object that does not exist."""
+        root = f"/api/{self.api_version}" if "/" not in self.api_version else f"/apis/{self.api_version}"
+        parts = [root]
+        if self.namespaced and namespace:
+            parts.append(f"namespaces/{_segment(namespace)}")
+        parts.append(self.plural)
+        if name:
+            parts.append(_segment(name))
+        if subresource:
+            parts.append(_segment(subresource))
+        return "/".join(parts)
+
+
+def _segment(text: str) -> str:
+    """One path segment, escaped; `.` and `..` (which a URL resolver would collapse) are escaped too."""
+    escaped = quote(str(text), safe="")
+    return escaped.replace(".", "%2E") if escaped in (".", "..") else escaped
+
+
+VMI = Kind("kubevirt.io/v1", "VirtualMachineInstance", "virtualmachineinstances")
+VM = Kind("kubevirt.io/v1", "VirtualMachine", "virtualmachines")
+VMIM = Kind("kubevirt.io/v1", "VirtualMachineInstanceMigration", "virtualmachineinstancemigrations")
+KUBEVIRT = Kind("kubevirt.io/v1", "KubeVirt", "kubevirts")
+MIGRATION_POLICY = Kind("migrations.kubevirt.io/v1alpha1", "MigrationPolicy", "migrationpolicies", namespaced=False)
+POD = Kind("v1", "Pod", "pods")
+EVENT = Kind("v1", "Event", "events")
+NAMESPACE = Kind("v1", "Namespace", "namespaces", namespaced=False)
+PVC = Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims")
+PV = Kind("v1", "PersistentVolume", "persistentvolumes", namespaced=False)
+LONGHORN_VOLUME = Kind("longhorn.io/v1beta2", "Volume", "volumes")
+LONGHORN_ENGINE = Kind("longhorn.io/v1beta2", "Engine", "engines")
+KINDS = {k.kind: k for k in (VMI, VM, VMIM, KUBEVIRT, MIGRATION_POLICY, POD, EVENT, NAMESPACE, PVC, PV)}
