@@ -173,12 +173,12 @@ _KINDS = ("VirtualMachine", "VirtualMachineInstance")
 
 def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) -> bool:
     """The cheap pre-check on raw bytes: a Resource-mode VM or VMI event whose JSON has no hostDevices, gpus,
-    instancetype or allocation annotation anywhere names no device. A VMI event like that cannot concern a
-    conflict and is not decoded. A VM event like that may be the spec edit that dropped a device, which frees its
-    entry at once (target), so it is decoded unless its bytes show one `"generation"` equal to one
-    `"observedGeneration"` (KubeVirt has seen this spec: a status write, no edit). That costs little: a VM changes when someone edits
-    it or KubeVirt writes its status, while its VMI's status (guest agent, interfaces, conditions) changes far
-    more often, and those events stay undecoded. It can only err towards decoding."""
+    instancetype or allocation annotation anywhere names no device. A VMI event like that cannot concern a conflict
+    and is not decoded. A VM event like that may be the spec edit that dropped a device, which frees its entry at
+    once (target), so it is decoded unless its bytes show one `"generation"` equal to one `"observedGeneration"`
+    (KubeVirt has seen this spec: a status write, no edit). That costs little: a VM changes when someone edits it or
+    KubeVirt writes its status, while its VMI's status (guest agent, interfaces, conditions) changes far more often,
+    and those events stay undecoded. It can only err towards decoding."""
     if may_concern(headers, body, _KINDS, _DEVICE_TOKENS):
         return True
     return headers.get("ce-kind") == "VirtualMachine" and not _observed(body)
