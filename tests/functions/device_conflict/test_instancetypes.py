@@ -203,3 +203,20 @@ def test_the_pre_check_decodes_a_vm_whose_only_device_source_is_its_instancetype
                                "status": {"observedGeneration": 2}}
     headers = {"ce-type": "dev.knative.apiserver.resource.update", "ce-kind": "VirtualMachine"}
     assert handler.worth_decoding(headers, json.dumps(vm).encode(), Settings())
+
+
+def test_an_event_about_a_vm_naming_only_an_instancetype_is_a_look():
+    """A spec edit: a full look (its instancetype may give it a device; main took it for an edit that could only free
+    entries). A status write: a look only if the parameter object names the VM (edited)."""
+    from shared.intake import Incoming
+
+    def event(obj):
+        return Incoming(id="1", type="dev.knative.apiserver.resource.update", source="s", data=obj,
+                        extensions={"kind": "VirtualMachine"})
+    edit = _vm("a", "it-pci") | {"metadata": {"name": "a", "namespace": "default", "generation": 3},
+                                 "status": {"observedGeneration": 2}}
+    found = handler.target(event(edit), Settings(), NOW)
+    assert found is not None and found.devices is None and not found.edited
+    status = edit | {"status": {"observedGeneration": 3}}
+    found = handler.target(event(status), Settings(), NOW)
+    assert found is not None and found.edited
