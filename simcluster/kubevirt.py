@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from simcluster.instancetypes import Instancetypes, apply_to_vmi
+
 log = logging.getLogger(__name__)
 
 GROUP, API_VERSION = "kubevirt.io", "v1"
@@ -668,6 +670,26 @@ class _Kube:
     def list(self, plural: str) -> list[dict]:
         return self.custom.list_cluster_custom_object(GROUP, API_VERSION, plural).get("items") or []
 
+    def get_object(self, group: str, version: str, plural: str, ns: str | None, name: str) -> dict | None:
+        """Any other group's object (instancetypes, ControllerRevisions); None when it does not exist."""
+        try:
+            if ns is None:
+                return self.custom.get_cluster_custom_object(group, version, plural, name)
+            return self.custom.get_namespaced_custom_object(group, version, ns, plural, name)
+        except Exception as exc:  # noqa: BLE001 - 404 is an answer, the rest propagates
+            if _http_status(exc) == 404:
+                return None
+            raise
+
+    def create_object(self, group: str, version: str, plural: str, ns: str, body: dict) -> dict | None:
+        self._on_write()
+        try:
+            return self.custom.create_namespaced_custom_object(group, version, ns, plural, body)
+        except Exception as exc:  # noqa: BLE001
+            if _http_status(exc) == 409:
+                return None  # already there (storeRevision then compares and reuses it)
+            raise
+
     def create(self, plural: str, ns: str, body: dict) -> dict | None:
         self._on_write()
         try:
@@ -902,6 +924,7 @@ class KubeVirtSim:
         self._api_clients: list[Any] = []
         self._kube = self._new_kube()     # the worker's
         self._lister = self._new_kube()   # resync and wait_idle (listing only)
+        self._instancetypes = Instancetypes(self._kube, self.version)
 
     # -- lifecycle
     def start(self) -> KubeVirtSim:
@@ -1157,6 +1180,8 @@ class KubeVirtSim:
         ns, name = _meta(vm)["namespace"], _meta(vm)["name"]
         if vmi is not None and _owner_name(vmi, "VirtualMachine") != name:
             vmi = None  # a standalone VMI of that name is not this VM's (ClaimVirtualMachineInstanceByName)
+        if not is_deleting(vm):  # StoreControllerRevisions, before the run strategy (simcluster/instancetypes.py)
+            vm = self._instancetypes.store(vm) or vm
         actions = reconcile(vm, vmi, self.version)
         vm_now = vm
         for action in actions:
@@ -1178,7 +1203,7 @@ class KubeVirtSim:
         now = self.clock()
         if action.verb == START:
             try:
-                created = self._kube.create(VMIS, ns, vmi_from_vm(vm))
+                created = self._kube.create(VMIS, ns, apply_to_vmi(vmi_from_vm(vm), self._instancetypes.spec(vm)))
             except Exception as exc:
                 self._kube.record(vm, "Warning", "FailedCreate",
                                   f"Error creating virtual machine instance: {exc}", VM_CONTROLLER_COMPONENT, now)

@@ -157,6 +157,13 @@ RESOURCES: tuple[ResourceType, ...] = (
     _custom("longhorn.io", "v1beta2", "replicas", "Replica", True),
     _custom("devices.harvesterhci.io", "v1beta1", "pcidevices", "PCIDevice", False),
     _custom("devices.harvesterhci.io", "v1beta1", "vgpudevices", "VGPUDevice", False),  # device-conflict's vGPU names
+    # The devices an instancetype gives a VM (simcluster/instancetypes.py): KubeVirt's CRDs have no status
+    # subresource for them; ControllerRevision is a built-in without status (apps/v1).
+    _custom("instancetype.kubevirt.io", "v1beta1", "virtualmachineinstancetypes", "VirtualMachineInstancetype", True,
+            status=False),
+    _custom("instancetype.kubevirt.io", "v1beta1", "virtualmachineclusterinstancetypes",
+            "VirtualMachineClusterInstancetype", False, status=False),
+    ResourceType("apps", "v1", "controllerrevisions", "ControllerRevision", True),
 )
 
 

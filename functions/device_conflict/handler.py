@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from functions.device_conflict import reads, wording
+from functions.device_conflict import instancetypes, reads, wording
 from functions.device_conflict.decide import DeviceConflict, decide, find_conflicts
 from functions.device_conflict.index import (
     ALLOCATION_ANNOTATION,
@@ -91,7 +91,7 @@ def repair(ctx: KubeContext[Settings], delivery: str, base: reads.Stored | None)
     ledger = _ledger(ctx)
     on_record = list(ledger.records(state=None))
     names, vgpus = reads.discover(ctx.kube)  # and which gpus[].name are vGPUs: one LIST of their names
-    index = reads.scan(ctx.kube, vgpus)
+    index = reads.scan(ctx.kube, vgpus, with_instancetypes=names == reads.HARVESTER)
     # Only where names are devices (docs/facts.md §3): on plain KubeVirt every VM is as if it named none, so
     # nothing is found, every open finding resolves, and the object holds no entry.
     workloads = index.workloads() if names == reads.HARVESTER else []
@@ -166,18 +166,19 @@ def check(found: Target, subject: str | None, ctx: KubeContext[Settings], delive
 
 
 # -- parse: is this event worth a look? (no API calls) -------------------------------------------
-_DEVICE_TOKENS = (b'"hostDevices"', b'"gpus"', ALLOCATION_ANNOTATION.encode())
+# "instancetype": a VM whose devices come from its instancetype (spec.instancetype) shows none of the others.
+_DEVICE_TOKENS = (b'"hostDevices"', b'"gpus"', ALLOCATION_ANNOTATION.encode(), b'"instancetype"')
 _KINDS = ("VirtualMachine", "VirtualMachineInstance")
 
 
 def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) -> bool:
-    """The cheap pre-check on raw bytes: a Resource-mode VM or VMI event whose JSON has no hostDevices, gpus or
-    allocation annotation anywhere names no device. A VMI event like that cannot concern a conflict and is not
-    decoded. A VM event like that may be the spec edit that dropped a device, which frees its entry at once
-    (target), so it is decoded unless its bytes show one `"generation"` equal to one `"observedGeneration"`
-    (KubeVirt has seen this spec: a status write, no edit). That costs little: a VM changes when someone edits
-    it or KubeVirt writes its status, while its VMI's status (guest agent, interfaces, conditions) changes far
-    more often, and those events stay undecoded. It can only err towards decoding."""
+    """The cheap pre-check on raw bytes: a Resource-mode VM or VMI event whose JSON has no hostDevices, gpus,
+    instancetype or allocation annotation anywhere names no device. A VMI event like that cannot concern a conflict
+    and is not decoded. A VM event like that may be the spec edit that dropped a device, which frees its entry at
+    once (target), so it is decoded unless its bytes show one `"generation"` equal to one `"observedGeneration"`
+    (KubeVirt has seen this spec: a status write, no edit). That costs little: a VM changes when someone edits it or
+    KubeVirt writes its status, while its VMI's status (guest agent, interfaces, conditions) changes far more often,
+    and those events stay undecoded. It can only err towards decoding."""
     if may_concern(headers, body, _KINDS, _DEVICE_TOKENS):
         return True
     return headers.get("ce-kind") == "VirtualMachine" and not _observed(body)
@@ -230,6 +231,12 @@ def target(event: Incoming, settings: Settings, now: datetime) -> Target | None:
     obj, meta = found.obj, kv.meta(found.obj)
     if obj["kind"] == "VirtualMachine":
         devices = vm_devices(obj) | (allocated_devices(obj) or frozenset())
+        if not devices and instancetypes.matcher(obj) is not None:
+            # Its instancetype may give it devices the payload cannot show: a look (reads GETs the revision KubeVirt
+            # recorded, else the instancetype) on a spec edit; on a status write (KubeVirt recording the revision,
+            # v1.5+), only if the parameter object names it.
+            return Target(meta.get("namespace") or "default", meta["name"], None if _spec_edit(obj) else frozenset(),
+                          edited=not _spec_edit(obj))
         if not devices and _spec_edit(obj):
             return Target(meta.get("namespace") or "default", meta["name"], frozenset(), edited=True)
     else:

@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from functions.device_conflict import instancetypes
 from shared import kubevirt as kv
 from shared import objects as o
 
@@ -75,8 +76,13 @@ def spec_devices(spec: Mapping | None, vgpus: frozenset[str] | None = None) -> f
     return frozenset(found)
 
 
-def vm_devices(vm: Mapping, vgpus: frozenset[str] | None = None) -> frozenset[Device]:
-    return spec_devices(o.mapping(vm, "spec", "template", "spec"), vgpus)
+def vm_devices(vm: Mapping, vgpus: frozenset[str] | None = None,
+               given: instancetypes.Given | None = None) -> frozenset[Device]:
+    """What a VM names: its template's devices, plus (with `given`) those its instancetype gives it."""
+    own = spec_devices(o.mapping(vm, "spec", "template", "spec"), vgpus)
+    if given is None:
+        return own
+    return own | spec_devices(instancetypes.devices_spec(given.spec_for(vm)), vgpus)
 
 
 def allocated_devices(vm: dict | None) -> frozenset[Device] | None:
@@ -179,8 +185,9 @@ class Index:
     """VMs and VMIs folded, page by page, into Workloads: only objects with devices are kept, a few
     hundred bytes each, so memory follows the number of device VMs, not of all VMs."""
 
-    def __init__(self, vgpus: frozenset[str] | None = None) -> None:
+    def __init__(self, vgpus: frozenset[str] | None = None, given: instancetypes.Given | None = None) -> None:
         self.vgpus = vgpus  # the cluster's VGPUDevice names (spec_devices); None: every gpus[].name counts
+        self.given = given  # the instancetype specs (instancetypes.py); None: only the templates' devices count
         self._vms: dict[str, _Vm] = {}
         self._vmis: dict[str, _Vmi] = {}
         self.vms_seen = 0
@@ -188,7 +195,7 @@ class Index:
 
     def add_vm(self, vm: dict) -> None:
         self.vms_seen += 1
-        named, allocated = vm_devices(vm, self.vgpus), allocated_devices(vm)
+        named, allocated = vm_devices(vm, self.vgpus, self.given), allocated_devices(vm)
         if not named and not allocated:
             return
         meta = kv.meta(vm)

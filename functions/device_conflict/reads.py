@@ -22,8 +22,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from functions.device_conflict import assignment
+from functions.device_conflict import assignment, instancetypes
 from functions.device_conflict.index import Index, Workload
+from functions.device_conflict.instancetypes import Given, Source
 from shared import configmaps
 from shared import rescan as visits
 from shared.configmaps import Stored, read
@@ -42,6 +43,15 @@ _PCIDEVICES = "/apis/devices.harvesterhci.io/v1beta1"  # discovery: any authenti
 # kept on the parameter object (a JSON list), so that events and light ticks decide as it did without a LIST.
 VGPU = Kind("devices.harvesterhci.io/v1beta1", "VGPUDevice", "vgpudevices", namespaced=False)
 VGPU_NAMES = "vmevents.io/vgpu-names"
+# What an instancetype gives a VM (instancetypes.py): read only for VMs that name one. A full repair LISTs the three
+# kinds once, at its first such VM; an event or a light tick GETs the revision (else the object) of each one it reads.
+INSTANCETYPE = Kind(f"{instancetypes.GROUP}/v1beta1", "VirtualMachineInstancetype", "virtualmachineinstancetypes")
+CLUSTER_INSTANCETYPE = Kind(f"{instancetypes.GROUP}/v1beta1", "VirtualMachineClusterInstancetype",
+                            "virtualmachineclusterinstancetypes", namespaced=False)
+REVISION = Kind("apps/v1", "ControllerRevision", "controllerrevisions")
+_OF_INSTANCETYPES = f"{instancetypes.OBJECT_KIND_LABEL} in ({','.join(instancetypes.KINDS)})"
+_KINDS = {instancetypes.REVISION: REVISION, instancetypes.NAMESPACED: INSTANCETYPE,
+          instancetypes.CLUSTER: CLUSTER_INSTANCETYPE}
 # When the last full repair wrote the object (ISO 8601, UTC): a tick repairs when it is older than
 # DEVICE_REPAIR_EVERY, or absent.
 REPAIRED_AT = "vmevents.io/repaired-at"
@@ -88,9 +98,47 @@ def names_devices(stored: Stored | None) -> bool:
     return stored is None or stored.annotations.get(DEVICE_NAMES, HARVESTER) != ALIASES
 
 
-def scan(kube: Kube, vgpus: frozenset[str] | None = None) -> Index:
-    """Every VM and VMI, page by page, folded into the index."""
-    index = Index(vgpus)
+def listed_instancetypes(kube: Kube) -> Given:
+    """A full repair's instancetype specs: at the first VM that names an instancetype, one LIST each of the
+    ControllerRevisions KubeVirt stored of instancetypes (by their label), the instancetypes and the cluster
+    instancetypes, each item trimmed to its devices. A kind the API does not serve has none."""
+    everything: dict[Source, dict] = {}
+
+    def listed(kind: Kind, source_kind: str, label_selector: str | None = None) -> None:
+        try:
+            for item in kube.list(kind, label_selector=label_selector):
+                meta = item.get("metadata") or {}
+                where = meta.get("namespace") if kind.namespaced else None
+                everything[Source(source_kind, where, str(meta.get("name")))] = instancetypes.trimmed(item)
+        except NotFound:
+            pass
+
+    loaded = False
+
+    def load(sources: Iterable[Source]) -> dict[Source, dict | None]:
+        nonlocal loaded
+        if not loaded:
+            loaded = True
+            listed(REVISION, instancetypes.REVISION, _OF_INSTANCETYPES)
+            listed(INSTANCETYPE, instancetypes.NAMESPACED)
+            listed(CLUSTER_INSTANCETYPE, instancetypes.CLUSTER)
+        return {s: everything.get(s) for s in sources}
+    return Given(load)
+
+
+def got_instancetypes(kube: Kube) -> Given:
+    """An event's or a light tick's instancetype specs: one GET per object, a few at once, each read once."""
+    def load(sources: Iterable[Source]) -> dict[Source, dict | None]:
+        wanted = list(sources)
+        found = visits.gather(wanted, lambda s: kube.get(_KINDS[s.kind], s.namespace, s.name), _PARALLEL)
+        return dict(zip(wanted, found, strict=True))
+    return Given(load)
+
+
+def scan(kube: Kube, vgpus: frozenset[str] | None = None, with_instancetypes: bool = True) -> Index:
+    """Every VM and VMI, page by page, folded into the index; with the devices instancetypes give (listed once,
+    listed_instancetypes) unless `with_instancetypes` is False (plain KubeVirt: no name is a device anyway)."""
+    index = Index(vgpus, listed_instancetypes(kube) if with_instancetypes else None)
     for vm in kube.list(VM):
         index.add_vm(vm)
     for vmi in kube.list(VMI):
@@ -100,12 +148,14 @@ def scan(kube: Kube, vgpus: frozenset[str] | None = None) -> Index:
 
 def fetch(kube: Kube, vms: Iterable[str], index: Index | None = None, vgpus: frozenset[str] | None = None) -> Index:
     """These VMs ("namespace/name") and their VMIs (a VMI has its VM's name), one GET each, a few at once."""
-    index = index if index is not None else Index(vgpus)
+    index = index if index is not None else Index(vgpus, got_instancetypes(kube))
     wanted: list[tuple[Kind, str, str]] = []
     for vm_id in sorted(set(vms)):
         namespace, name = vm_id.split("/", 1)
         wanted += [(VM, namespace, name), (VMI, namespace, name)]
     found = visits.gather(wanted, lambda one: kube.get(one[0], one[1], one[2]), _PARALLEL)
+    if index.given is not None:  # the instancetype specs of the VMs that name one, in one batch
+        index.given.prefetch(obj for (kind, _, _), obj in zip(wanted, found, strict=True) if kind is VM and obj)
     for (kind, _, _), obj in zip(wanted, found, strict=True):  # in order: each VM before its VMI
         if obj is not None:
             (index.add_vm if kind is VM else index.add_vmi)(obj)

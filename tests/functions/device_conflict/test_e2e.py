@@ -262,6 +262,66 @@ def test_a_missed_event_is_caught_by_the_next_tick(world):
     assert found and found[0][2]["holder"] == f"default/{holder}" and w.conflict_events(other, "taken-while-stopped")
 
 
+# -- devices an instancetype gives a VM (issue 26) ---------------------------------------------------
+INSTANCETYPE_KINDS = {"namespaced": "VirtualMachineInstancetype", "cluster": "VirtualMachineClusterInstancetype"}
+
+
+def instancetype(kind: str, name: str, device: str, resource: str) -> dict:
+    """An instancetype giving one PCI device (instancetype.kubevirt.io/v1beta1: cpu.guest and memory.guest are
+    required)."""
+    meta = {"name": name} | ({"namespace": "default"} if kind == "namespaced" else {})
+    return {"apiVersion": "instancetype.kubevirt.io/v1beta1", "kind": INSTANCETYPE_KINDS[kind], "metadata": meta,
+            "spec": {"cpu": {"guest": 1}, "memory": {"guest": "1Gi"}, "hostDevices": [host_device(device, resource)]}}
+
+
+def instancetype_vm(name: str, kind: str, instancetype_name: str) -> dict:
+    """The seed's vm1 shape, stopped, with no device, CPU or memory of its own: its instancetype gives them
+    (KubeVirt refuses a template that sets what the instancetype does: ApplyToVmi's conflicts)."""
+    manifest = small_vm(name, "unused", "unused", "Halted")
+    domain = manifest["spec"]["template"]["spec"]["domain"]
+    for key in ("cpu", "memory", "resources"):
+        domain.pop(key, None)
+    domain["devices"].pop("hostDevices")
+    manifest["spec"]["instancetype"] = {"name": instancetype_name, "kind": INSTANCETYPE_KINDS[kind]}
+    return manifest
+
+
+@pytest.mark.parametrize("kind", sorted(INSTANCETYPE_KINDS))
+def test_a_stopped_vm_whose_instancetype_gives_a_device_another_vm_takes_is_reported(world, kind):
+    """The stopped VM names its device only through its instancetype, created after it (its first event finds no
+    instancetype to read); KubeVirt then records the revision it will apply, and the VM names the device. Another VM
+    takes the device: one taken-while-stopped notice, and one resolved when the stopped VM is gone."""
+    w, resource = world, next(_resources)
+    device = f"{SEED_NODE}-00005{next(_names):04d}"
+    it_name, stopped = f"it-{kind}-{next(_names)}", f"it-stopped{next(_names)}"
+    w.tick()  # the parameter object is there (a repair writes it): the VM's event reads it, not every VM
+    w.create(instancetype_vm(stopped, kind, it_name))
+    w.settle()
+    w.cluster.create(instancetype(kind, it_name, device, resource))
+    eventually(lambda: (w.vm(stopped)["spec"]["instancetype"].get("revisionName")
+                        or ((w.vm(stopped).get("status") or {}).get("instancetypeRef") or {}).get(
+                            "controllerRevisionRef")), timeout=60, what="KubeVirt recorded the instancetype's revision")
+    w.settle()
+    holder = w.create(small_vm(f"it-holder{next(_names)}", device, resource))
+    w.wait_phase(holder, "Running")
+    found = eventually(lambda: w.reply_about("detected", "taken-while-stopped", device), what="taken-while-stopped")
+    assert len(found) == 1 and found[0][2]["blocked"] == [f"default/{stopped}"], found
+    assert found[0][2]["holder"] == f"default/{holder}"
+    assert w.conflict_events(stopped, "taken-while-stopped")
+    w.tick()  # a full repair reads the instancetypes too: it sees the conflict, and resolves nothing
+    assert not w.reply_about("resolved", "taken-while-stopped", device)
+    # The stopped VM goes (its seed finalizer is Harvester's, which nothing here removes: dropped after the DELETE).
+    w.cluster.delete("kubevirt.io/v1", "VirtualMachine", "default", stopped)
+    w.cluster.patch("kubevirt.io/v1", "VirtualMachine", "default", stopped, {"metadata": {"finalizers": None}})
+    eventually(lambda: w.vm(stopped) is None, what="the stopped VM is gone")
+    w.tick()
+    ended = w.reply_about("resolved", "taken-while-stopped", device)
+    assert [r[2]["because"] for r in ended] == [f"default/{stopped} no longer names or holds {device}"]
+    w.tick()
+    assert len(w.reply_about("detected", "taken-while-stopped", device)) == 1, "detected once"
+    assert len(w.reply_about("resolved", "taken-while-stopped", device)) == 1, "resolved once"
+
+
 def test_the_function_needs_nothing_beyond_its_shipped_rbac(world):
     """Last in this module: by now every path has run. Exactly the shipped permissions were used."""
     world.settle()
