@@ -131,12 +131,31 @@ def start_background(command: list[str] | None = None) -> str:
             return "running"
         command = ["nice", "-n", "15", *(command or [sys.executable, "-m", "controlplane", "build"])]
         with open(background_log(), "w") as log:
-            _background.append(subprocess.Popen(command, cwd=REPO, stdin=subprocess.DEVNULL, stdout=log,
-                                                stderr=subprocess.STDOUT, pass_fds=(lock.fileno(),),
-                                                start_new_session=True))
+            child = subprocess.Popen(command, cwd=REPO, stdin=subprocess.DEVNULL, stdout=log,
+                                     stderr=subprocess.STDOUT, pass_fds=(lock.fileno(),), start_new_session=True)
+        _background.append(child)
+        (cache_root() / ".background.pid").write_text(str(child.pid))  # its process group's id too
         return "started"
     finally:
         lock.close()  # the child's copy of the descriptor keeps the lock until it exits
+
+
+def hurry_background() -> bool:
+    """The background builds at the normal priority again, once a caller waits for them (tests/conftest.py):
+    the low priority was for the tests that ran beside them. False when there is none, or lowering the nice
+    value is not allowed here (only root may)."""
+    try:
+        pgid = int((cache_root() / ".background.pid").read_text())
+        with open(cache_root() / ".background.lock", "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return False  # no background build holds it: the pid is an old one's
+            except BlockingIOError:
+                pass
+        os.setpriority(os.PRIO_PGRP, pgid, 0)  # the build, its go command and the compilers it starts
+        return True
+    except (OSError, ValueError):
+        return False
 
 
 def ensure(component: Component, say=lambda text: None) -> Path:

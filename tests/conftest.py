@@ -99,7 +99,9 @@ def pytest_runtest_protocol(item, nextitem):
 
         if build.go_available() and not all(build.built(c) for c in build.ALL):
             say = item.config.pluginmanager.get_plugin("terminalreporter").write_line
-            say(f"\nwaiting for the control plane's builds (log: {build.background_log()})")
+            hurried = build.hurry_background()
+            say(f"\nwaiting for the control plane's builds (log: {build.background_log()})"
+                + ("; the background build runs at normal priority now" if hurried else ""))
             started = time.monotonic()
             try:
                 build.ensure_all(say=say)

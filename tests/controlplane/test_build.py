@@ -111,3 +111,25 @@ def test_make_test_starts_the_builds_in_the_background_and_returns_at_once(fake_
     started = []
     monkeypatch.setattr(build, "start_background", lambda: started.append(True) or "started")
     assert cli.prepare() == 0 and started == [True]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root may lower a nice value")
+def test_a_waiter_gives_the_background_build_its_normal_priority_back(fake_go, tmp_path):
+    release = tmp_path / "release"
+    waiter = [sys.executable, "-c", f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.05)"]
+    assert build.hurry_background() is False                   # nothing in the background
+    assert build.start_background(waiter) == "started"
+    try:
+        pid = int((build.cache_root() / ".background.pid").read_text())
+        deadline = time.monotonic() + 10
+        while os.getpriority(os.PRIO_PROCESS, pid) != 15:    # `nice -n 15` has exec'd the waiter
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert build.hurry_background() is True
+        assert os.getpriority(os.PRIO_PROCESS, pid) == 0
+    finally:
+        release.write_text("")
+    deadline = time.monotonic() + 30
+    while build.hurry_background():                            # gone with its lock: nothing to hurry
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
