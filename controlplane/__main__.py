@@ -193,6 +193,36 @@ def guest(action: str, target: str) -> int:
     return 0
 
 
+def start(target: str) -> int:
+    """What `virtctl start` asks of virt-api (no virt-api runs here): the same patch of the VM's spec or status
+    that the simulator's subresource computes (simcluster.apiserver._start_patch), as the admin."""
+    from kubernetes import client
+
+    from simcluster.apiserver import _start_patch
+    from simcluster.store import ApiError
+
+    namespace, _, name = target.rpartition("/")
+    namespace = namespace or "default"
+    api = client.CustomObjectsApi(_running_cluster().api_client())
+    vm = api.get_namespaced_custom_object("kubevirt.io", "v1", namespace, "virtualmachines", name)
+    try:
+        vmi = api.get_namespaced_custom_object("kubevirt.io", "v1", namespace, "virtualmachineinstances", name)
+    except client.ApiException as exc:
+        if exc.status != 404:
+            raise
+        vmi = None
+    try:
+        where, operations = _start_patch(vm, vmi, name, {}, None, None)
+    except ApiError as exc:  # virt-api's 409: already running, or the run strategy takes no start request
+        print(f"controlplane: VM {namespace}/{name}: {exc}", file=sys.stderr)
+        return 1
+    patch = api.patch_namespaced_custom_object_status if where == "status" else api.patch_namespaced_custom_object
+    patch("kubevirt.io", "v1", namespace, "virtualmachines", name, operations,
+          _content_type="application/json-patch+json")
+    print(f"VM {namespace}/{name}: start requested ({where})")
+    return 0
+
+
 def prepare() -> int:
     """Before the tests (`make test`): start the control plane's builds in the background if Go is here (what
     is cached is not rebuilt). The tests that need no binary run first, and the first that needs one waits for
@@ -213,8 +243,8 @@ def prepare() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m controlplane", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("up", "down", "status", "build", "prepare", "node", "guest"))
-    parser.add_argument("args", nargs="*", help="guest: poweroff|crash NAMESPACE/NAME")
+    parser.add_argument("command", choices=("up", "down", "status", "build", "prepare", "node", "guest", "start"))
+    parser.add_argument("args", nargs="*", help="guest: poweroff|crash NAMESPACE/NAME; start: NAMESPACE/NAME")
     parser.add_argument("--event-ttl", default=os.environ.get("EVENT_TTL", "1h"),
                         help="kube-apiserver --event-ttl (default 1h, as Kubernetes)")
     parser.add_argument("--kubevirt", default=os.environ.get("KUBEVIRT_VERSION", "1.3.1"),
@@ -238,6 +268,10 @@ def main(argv: list[str] | None = None) -> int:
             if len(args.args) != 2 or args.args[0] not in ("poweroff", "crash"):
                 parser.error("guest needs: poweroff|crash NAMESPACE/NAME")
             return guest(*args.args)
+        if args.command == "start":
+            if len(args.args) != 1:
+                parser.error("start needs: NAMESPACE/NAME")
+            return start(args.args[0])
         return status()
     except (build.BuildError, RuntimeError) as exc:
         print(f"controlplane: {exc}", file=sys.stderr)

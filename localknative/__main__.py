@@ -1,6 +1,7 @@
 """`make run` with KUBECONFIG set: every function, the broker and the sources of deploy/, run locally against that
 cluster until Ctrl-C, printing the timeline, with the kubeconfig's own credentials; `python -m localknative`.
-vmi-cleanup only says what it would do unless VMEVENTS_ACT=true; the reporting functions do record their Events.
+vmi-cleanup only says what it would do unless VMEVENTS_ACT=true (CLEANUP_AFTER, when set, replaces deploy/'s 10m);
+the reporting functions do record their Events.
 """
 from __future__ import annotations
 
@@ -12,6 +13,15 @@ import threading
 from localknative.paths import DEPLOY_DIR
 from localknative.runtime import LocalKnative, load_manifests
 from localknative.timeline import Timeline
+
+
+def cleanup_env(act: bool) -> dict[str, str]:
+    """vmi-cleanup's settings over deploy/'s: the dry run unless acting, and a person's own CLEANUP_AFTER (deploy/
+    waits 10m; a story on `make cluster` need not)."""
+    env = {"CLEANUP_DRY_RUN": "false" if act else "true"}
+    if os.environ.get("CLEANUP_AFTER"):
+        env["CLEANUP_AFTER"] = os.environ["CLEANUP_AFTER"]
+    return env
 
 
 def watch_real_cluster(kubeconfig: str, act: bool) -> None:
@@ -28,7 +38,7 @@ def watch_real_cluster(kubeconfig: str, act: bool) -> None:
     knative = LocalKnative(load_manifests(DEPLOY_DIR), kubeconfig_for=lambda sa: kubeconfig,
                            api_client_for=lambda sa: config.new_client_from_config(config_file=kubeconfig),
                            api_server_url=client.configuration.host, ping_interval=60.0,
-                           env_overrides={"vmi-cleanup": {"CLEANUP_DRY_RUN": "false" if act else "true"}},
+                           env_overrides={"vmi-cleanup": cleanup_env(act)},
                            on_delivery=timeline.on_delivery, on_log=timeline.on_log).start()
     print(f"=== watching the cluster of {kubeconfig} ({client.configuration.host}), {mode}; Ctrl-C to stop ===",
           flush=True)
