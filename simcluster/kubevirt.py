@@ -738,6 +738,15 @@ class _Kube:
                 return None
             raise
 
+    def nad(self, ns: str, name: str) -> dict | None:
+        try:
+            return self.custom.get_namespaced_custom_object("k8s.cni.cncf.io", "v1", ns,
+                                                            "network-attachment-definitions", name)
+        except Exception as exc:  # noqa: BLE001
+            if _http_status(exc) == 404:
+                return None
+            raise
+
     def longhorn_volume(self, name: str) -> dict | None:
         try:
             return self.custom.get_namespaced_custom_object("longhorn.io", "v1beta2", "longhorn-system", "volumes",
@@ -897,9 +906,9 @@ class KubeVirtSim:
         self.resync_period = max(resync_period, NODE_RESYNC_PERIOD) if self.node_only else resync_period
         # IO-error pauses and resumes run on KubeVirt's backoff times this factor (tests: 0.01).
         self.io_time_scale = io_time_scale
-        # Read the VM's PVCs as KubeVirt and the scheduler do (off by default: most suites' VMs name PVCs that
-        # are not there): a missing one is ErrorPvcNotFound, an unbound one keeps the pod unscheduled, a faulted
-        # Longhorn volume fails the attach (FailedAttachVolume).
+        # A missing PVC or NetworkAttachmentDefinition always keeps the launcher pod from being created, as in
+        # KubeVirt (ErrorPvcNotFound; FailedCreate). `volumes` adds the scheduler's and the kubelet's reading of
+        # the PVCs: an unbound one keeps the pod unscheduled, a faulted Longhorn volume fails the attach.
         self.volumes = volumes
         self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
         self._io: dict[Key, IOFault] = {}
@@ -1475,8 +1484,9 @@ class KubeVirtSim:
             for pod in pods:  # the launcher exits with the guest
                 self._finish_pod(pod, "Succeeded" if phase == "Succeeded" else "Failed")
             return None
-        if phase == "Pending" and not pods and _condition_is(vmi, "Synchronized", "False", "FailedPvcNotFound"):
-            return self._admit(vmi, pods)  # waiting for its PVC to appear (KubeVirt retries)
+        if phase == "Pending" and not pods and any(_condition_is(vmi, "Synchronized", "False", r)
+                                                   for r in ("FailedPvcNotFound", "FailedCreate")):
+            return self._admit(vmi, pods)  # waiting for its PVC or NetworkAttachmentDefinition (KubeVirt retries)
         if phase in ("Pending", "Scheduling", "Scheduled", "Running") and not pods:
             # The launcher pod vanished under a live VMI: the VMI fails (virt-handler / VMI controller).
             self._patch_vmi_status(vmi, with_phase(vmi, "Failed", self.clock()))
@@ -1510,7 +1520,21 @@ class KubeVirtSim:
         if not has_finalizer(vmi, VMI_FINALIZER):
             self._kube.patch(VMIS, meta["namespace"], meta["name"],
                              _finalizer_patch(vmi, list(meta.get("finalizers") or []) + [VMI_FINALIZER]))
-        missing = self._missing_pvc(vmi) if self.volumes else None
+        missing = self._missing_pvc(vmi)
+        nad = self._missing_nad(vmi) if missing is None else None
+        if nad is not None:
+            # The launcher pod cannot be rendered without the Multus network's NetworkAttachmentDefinition
+            # (v1.3.0 pkg/virt-controller/network/render.go; v1.8.3 pkg/network/multus/nad.go, lower-case from
+            # v1.4.0): Synchronized=False FailedCreate, no Event, retried with the workqueue's backoff.
+            word = "Failed" if self.version < (1, 4, 0) else "failed"
+            why = f"failed to render launch manifest: {word} to locate network attachment definition {nad}"
+            if not _condition_is(vmi, "Synchronized", "False", "FailedCreate"):
+                status = with_phase(vmi, "Pending", self.clock()) if vmi_phase(vmi) != "Pending" else {}
+                status["conditions"] = set_condition(_status(vmi).get("conditions"), {
+                    "type": "Synchronized", "status": "False", "reason": "FailedCreate", "message": why},
+                    self.clock())
+                self._patch_vmi_status(vmi, status)
+            return self.step_delay * 10
         if missing is not None:
             # datavolumes.go: "PVC ns/name does not exist, waiting for it to appear" (Synchronized=False)
             why = f"PVC {meta['namespace']}/{missing} does not exist, waiting for it to appear"
@@ -1522,7 +1546,7 @@ class KubeVirtSim:
                 self._patch_vmi_status(vmi, status)
                 self._kube.record(vmi, "Normal", "FailedPvcNotFound", why, "virtualmachine-controller", self.clock())
             return self.step_delay * 10
-        if _condition_is(vmi, "Synchronized", "False", "FailedPvcNotFound"):
+        if any(_condition_is(vmi, "Synchronized", "False", r) for r in ("FailedPvcNotFound", "FailedCreate")):
             self._patch_vmi_status(vmi, {"conditions": drop_condition(_status(vmi).get("conditions"),
                                                                       "Synchronized")})
         if not pods:
@@ -1593,6 +1617,18 @@ class KubeVirtSim:
     def _missing_pvc(self, vmi: Mapping) -> str | None:
         ns = _meta(vmi)["namespace"]
         return next((c for c in self._claims(vmi) if self._kube.pvc(ns, c) is None), None)
+
+    def _missing_nad(self, vmi: Mapping) -> str | None:
+        """The first Multus network whose NetworkAttachmentDefinition does not exist, as "namespace/name" (a name
+        without a namespace is the VMI's)."""
+        ns = _meta(vmi)["namespace"]
+        for network in (vmi.get("spec") or {}).get("networks") or []:
+            name = (network.get("multus") or {}).get("networkName")
+            if name:
+                nad_ns, _, nad = str(name).rpartition("/")
+                if self._kube.nad(nad_ns or ns, nad) is None:
+                    return f"{nad_ns or ns}/{nad}"
+        return None
 
     def _unbound_pvc(self, vmi: Mapping) -> str | None:
         ns = _meta(vmi)["namespace"]

@@ -157,6 +157,9 @@ RESOURCES: tuple[ResourceType, ...] = (
     _custom("longhorn.io", "v1beta2", "replicas", "Replica", True),
     _custom("devices.harvesterhci.io", "v1beta1", "pcidevices", "PCIDevice", False),
     _custom("devices.harvesterhci.io", "v1beta1", "vgpudevices", "VGPUDevice", False),  # device-conflict's vGPU names
+    # Multus (upstream/multus/networks-crd.yaml, no status): KubeVirt renders no launcher pod without the NAD
+    _custom("k8s.cni.cncf.io", "v1", "network-attachment-definitions", "NetworkAttachmentDefinition", True,
+            status=False),
 )
 
 

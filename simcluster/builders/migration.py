@@ -181,7 +181,7 @@ def create_migration(cluster, shape: str, vmi: dict, *, took: int, phase: str = 
                       {"status": {"migrationState": st}})
     for build in kubevirt_events:
         cluster.create(build(vmim, vmi))
-    if shape == "1.1" and reason:
+    if reason:  # virt-handler records it in every version (v1.1.1 vm.go, v1.8.3 migration-source.go)
         cluster.create(migrated_event(vmi, uid, reason))
     status = {"phase": phase, "phaseTransitionTimestamps": final["status"]["phaseTransitionTimestamps"]}
     if st is not None and shape != "1.1":
