@@ -15,9 +15,10 @@ target pod's hand-off for every version, pkg/virt-controller/watch/migration/mig
 
 Either abort ends with `abortStatus: Succeeded`. virt-handler copies the result onto the VMI
 (pkg/virt-handler/vm.go ≤ v1.3, migration-source.go v1.8): `failed`, `endTimestamp`, `failureReason` (from
-v1.3.0; v1.1.1 has the field in no status), `completed` (copied from the launcher, which sets it with the end,
-up to v1.5; from v1.6.0 virt-handler no longer copies it for a failure), and records the Warning Event `Migrated`
-"VirtualMachineInstance migration uid <uid> failed. reason:<failureReason>" on the VMI.
+v1.3.0; v1.1.1 has the field in no status), `completed` (the source virt-handler copies the launcher's, set with
+the end, up to v1.5; from v1.6.0 the target virt-handler sets it with `failed` once it sees the aborted migration,
+v1.8.3 migration-target.go), and records the Warning Event `Migrated` "VirtualMachineInstance migration uid <uid>
+failed. reason:<failureReason>" on the VMI.
 
 Time is compressed: a migration that would run for an hour ends within the stand-in's next steps, its
 startTimestamp written that many seconds before its endTimestamp (both virt-handler's to write).
@@ -96,12 +97,10 @@ def run_for(plan: Plan, vmi: Mapping, state: Mapping, version: tuple[int, int, i
 
 def failed_state(state: Mapping, run: Run, start: datetime, version: tuple[int, int, int]) -> dict:
     """The VMI's migrationState once virt-handler reported the launcher's abort."""
-    new = dict(state, failed=True, abortStatus="Succeeded",
+    new = dict(state, failed=True, completed=True, abortStatus="Succeeded",
                endTimestamp=_stamp(start + timedelta(seconds=run.seconds)))
     if version >= (1, 3, 0):
         new["failureReason"] = run.failure
-    if version < (1, 6, 0):
-        new["completed"] = True
     return new
 
 
