@@ -1261,7 +1261,8 @@ class KubeVirtSim:
         (not run here) lifts it from a Ready one: the stand-in does."""
         for name, devices in self.nodes.items():
             now = rfc3339(self.clock())
-            resources = {"cpu": "64", "memory": "256Gi", "pods": "250", **{k: str(v) for k, v in devices.items()}}
+            resources = {"cpu": "64", "memory": "256Gi", "ephemeral-storage": "500Gi", "pods": "250",
+                         **{k: str(v) for k, v in devices.items()}}
             body = {"apiVersion": "v1", "kind": "Node",
                     "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
                                                           "kubevirt.io/schedulable": "true"}},

@@ -129,9 +129,11 @@ def event(on: dict, reason: str, message: str, *, component: str = SCHEDULER, ki
 def node(name: str = "node-a", *, ready: str = "True", reason: str = "KubeletReady", unschedulable: bool = False,
          taints: Sequence[Mapping[str, str]] = (), allocatable: Mapping[str, str] | None = None,
          labels: Mapping[str, str] | None = None, since: datetime = LONG_AGO) -> dict:
-    # A KubeVirt node: virt-handler labels it schedulable (every launcher pod's nodeSelector names the label) and
-    # its permanent device plugins advertise kvm, tun and vhost-net (every launcher pod requests one of each).
-    resources = {**KUBEVIRT_DEVICES, **(allocatable or {"cpu": "8", "memory": "32Gi", "pods": "110"})}
+    # A KubeVirt node: virt-handler labels it schedulable (every launcher pod's nodeSelector names the label), its
+    # permanent device plugins advertise kvm, tun and vhost-net, and the kubelet ephemeral storage (every launcher
+    # pod requests one of each and 50M of it).
+    resources = {"ephemeral-storage": "100Gi", **KUBEVIRT_DEVICES,
+                 **(allocatable or {"cpu": "8", "memory": "32Gi", "pods": "110"})}
     obj: dict = {"apiVersion": "v1", "kind": "Node",
                  "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
                                                        "kubevirt.io/schedulable": "true", **(labels or {})}},
