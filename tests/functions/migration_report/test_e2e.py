@@ -76,13 +76,16 @@ class World(e2e.World):
         return vm, vmi
 
     def migrate(self, vmi: dict, outcome: str = nm.COMPLETE, *, took: int = 1, budget: int | None = None,
-                unschedulable: bool = False) -> dict:
+                unschedulable: bool = False, policy: tuple[str, dict] | None = None) -> dict:
         """A migration of `vmi` that ends as `outcome` (after `took` seconds when it completes); `budget`: the
         completion budget KubeVirt computes (the simulator's played message names it; on the real backend
         virt-launcher's stand-in computes it from what virt-controller wrote). `unschedulable`: the target pod
-        finds no node (the other node cordoned) until KubeVirt's unschedulable timeout deletes it."""
+        finds no node (the other node cordoned) until KubeVirt's unschedulable timeout deletes it. `policy`: (name,
+        fields) of the MigrationPolicy KubeVirt matches, for the simulator to record (virt-controller matches it)."""
         if not self.real:
-            return self._played(vmi, outcome, took=took, budget=budget, unschedulable=unschedulable)
+            name, fields = policy or (None, {})
+            return self._played(vmi, outcome, took=took, budget=budget, unschedulable=unschedulable,
+                                policy=name, policy_fields=fields)
         meta = vmi["metadata"]
         annotations = {}
         if unschedulable:
@@ -106,16 +109,17 @@ class World(e2e.World):
             if unschedulable:
                 self.cluster.patch("v1", "Node", None, other, {"spec": {"unschedulable": None}})
 
-    def _played(self, vmi, outcome, *, took, budget, unschedulable):
+    def _played(self, vmi, outcome, *, took, budget, unschedulable, **recorded):
         if unschedulable:
             return create_migration(self.cluster, self.shape, vmi, took=300, state=False, reached_running=False,
                                     kubevirt_events=unschedulable_events(UNSCHEDULABLE))
         if outcome == nm.COMPLETE:
-            return create_migration(self.cluster, self.shape, vmi, phase="Succeeded", took=took)
+            return create_migration(self.cluster, self.shape, vmi, phase="Succeeded", took=took, **recorded)
         if outcome == nm.COMPLETION_TIMEOUT:
-            return create_migration(self.cluster, self.shape, vmi, took=budget + 1, reason=NOT_COMPLETED.format(budget))
+            return create_migration(self.cluster, self.shape, vmi, took=budget + 1, reason=NOT_COMPLETED.format(budget),
+                                    **recorded)
         # virt-launcher's first check past the 150 s progress timeout sees 151 s without progress
-        return create_migration(self.cluster, self.shape, vmi, took=151, reason=STUCK.format(151))
+        return create_migration(self.cluster, self.shape, vmi, took=151, reason=STUCK.format(151), **recorded)
 
     # -- looking ------------------------------------------------------------------------------
     def events(self, obj, namespace="default"):
@@ -210,12 +214,22 @@ def test_a_policy_matched_by_namespace_labels_sets_the_budget(world):
     world.cluster.create(make_policy(f"{namespace}-policy", namespace={"workload-class": namespace},
                                      completionTimeoutPerGiB=100))
     vm, vmi = world.guest(guest="2Gi", labels={"app": "batch"}, namespace=namespace)
-    vmim = world.migrate(vmi, nm.COMPLETION_TIMEOUT, budget=300)    # 100 s/GiB × 3 GB, the policy's
+    vmim = world.migrate(vmi, nm.COMPLETION_TIMEOUT, budget=300,    # 100 s/GiB × 3 GB, the policy's
+                         policy=(f"{namespace}-policy", {"completionTimeoutPerGiB": 100}))
     eventually(lambda: world.events(vmi, namespace), what="the Event")
     _, data = eventually(lambda: world.replies(vmim["metadata"]["uid"]), what="a reply")[0]
-    assert data["policy"]["name"] == f"{namespace}-policy" and data["policy"]["how"] == "matched"
+    # KubeVirt records the policy it matched (migrationState.migrationPolicyName), so the report need not match again
+    assert data["policy"]["name"] == f"{namespace}-policy" and data["policy"]["how"] == "recorded"
     assert data["budget"]["completionTimeoutSeconds"] == 300
     assert data["advice"][0]["action"] == f"amend MigrationPolicy {namespace}-policy (the policy in effect)"
+
+    # a migration that failed before KubeVirt handed it to the VMI recorded nothing: the report matches the policy
+    # itself, by the VMI's and the namespace's labels
+    unplaced = world.migrate(vmi, unschedulable=True)
+    _, data = eventually(lambda: world.replies(unplaced["metadata"]["uid"]), what="a reply")[0]
+    assert data["category"] == "target-unschedulable"
+    assert data["policy"]["name"] == f"{namespace}-policy" and data["policy"]["how"] == "matched"
+    assert data["budget"]["completionTimeoutSeconds"] == 300
 
 
 def test_a_success_near_its_timeout_is_reported_and_one_well_inside_is_not(world):
