@@ -2,11 +2,11 @@
 
 The flags follow controller-runtime's envtest (pkg/internal/testing/controlplane/apiserver.go) plus what
 vmevents needs to be tested for real: TLS, `Node,RBAC` authorization, the TokenRequest API (a fresh
-service-account key pair per run), ValidatingAdmissionPolicy and NamespaceLifecycle admission, a settable
+service-account key pair per run), ValidatingAdmissionPolicy, NamespaceLifecycle and ResourceQuota admission, a settable
 `--event-ttl`, and an audit log at Metadata level, from which the tests learn which requests each
 ServiceAccount made. kube-controller-manager runs only the controllers a namespace-per-test suite needs:
 namespace deletion, garbage collection of owned objects, the `default` ServiceAccount in each namespace,
-and the root CA ConfigMap (see docs/control-plane.md).
+the root CA ConfigMap and ResourceQuota usage (see docs/control-plane.md).
 """
 from __future__ import annotations
 
@@ -35,6 +35,8 @@ CONTROLLERS = (
     "serviceaccount-token-controller",          # legacy token Secrets, as a real cluster has them
     "root-ca-certificate-publisher-controller",  # kube-root-ca.crt in every namespace
     "clusterrole-aggregation-controller",       # admin/edit/view get their aggregated rules
+    "resourcequota-controller",                 # a ResourceQuota's status.used: without it, admission refuses
+                                                # every pod a quota covers ("status unknown for quota")
 )
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 AUDIT_POLICY = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy",
@@ -118,7 +120,7 @@ class ControlPlane:
             f"--service-account-key-file={p.sa_public}", f"--service-account-signing-key-file={p.sa_private}",
             "--service-cluster-ip-range=10.0.0.0/24", "--endpoint-reconciler-type=none",
             f"--event-ttl={self.event_ttl}",
-            "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,ValidatingAdmissionPolicy",
+            "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,ValidatingAdmissionPolicy,ResourceQuota",
             f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}", "--audit-log-format=json",
             "--audit-log-maxsize=0", "--audit-log-mode=blocking",
             f"--cert-dir={self.workdir / 'certs'}", "--profiling=false", "--v=0",

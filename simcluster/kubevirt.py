@@ -21,9 +21,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from simcluster import node_migration as nm
 from simcluster.instancetypes import Instancetypes, apply_to_vmi
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,14 @@ def rfc3339(when: datetime) -> str:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: Any) -> datetime | None:
+    """A KubeVirt timestamp (RFC 3339, UTC, whole seconds) as a datetime; None when absent or unreadable."""
+    try:
+        return datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return None
 
 
 def _meta(obj: Mapping | None) -> Mapping:
@@ -535,8 +544,11 @@ def node_misfit(node: Mapping, wanted: Mapping[str, float], used: Mapping[str, f
 
 
 def schedule_on_nodes(wanted: Mapping[str, float], nodes: list[Mapping], pods: Iterable[Mapping],
-                      vmi_spec: Mapping) -> tuple[str | None, str | None]:
-    """kube-scheduler over the cluster's Node objects: (node, None), or (None, its FitError message)."""
+                      vmi_spec: Mapping, anti_affinity: Iterable[str | None] = ()) -> tuple[str | None, str | None]:
+    """kube-scheduler over the cluster's Node objects: (node, None), or (None, its FitError message).
+    `vmi_spec`: whatever carries nodeSelector and tolerations (the VMI's spec, or the launcher pod's).
+    `anti_affinity`: nodes a required pod anti-affinity keeps the pod off (InterPodAffinity, the last filter)."""
+    avoid = set(anti_affinity)
     used: dict[str, dict[str, float]] = {_meta(n)["name"]: {} for n in nodes}
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName")
@@ -546,6 +558,8 @@ def schedule_on_nodes(wanted: Mapping[str, float], nodes: list[Mapping], pods: I
     reasons: Counter = Counter()
     for node in sorted(nodes, key=lambda n: _meta(n)["name"]):
         misfit = node_misfit(node, wanted, used[_meta(node)["name"]], vmi_spec)
+        if not misfit and _meta(node)["name"] in avoid:
+            misfit = ["node(s) didn't match pod anti-affinity rules"]
         if not misfit:
             return _meta(node)["name"], None
         reasons.update(misfit)
@@ -745,6 +759,15 @@ class _Kube:
                 return None
             raise
 
+    def nad(self, ns: str, name: str) -> dict | None:
+        try:
+            return self.custom.get_namespaced_custom_object("k8s.cni.cncf.io", "v1", ns,
+                                                            "network-attachment-definitions", name)
+        except Exception as exc:  # noqa: BLE001
+            if _http_status(exc) == 404:
+                return None
+            raise
+
     def longhorn_volume(self, name: str) -> dict | None:
         try:
             return self.custom.get_namespaced_custom_object("longhorn.io", "v1beta2", "longhorn-system", "volumes",
@@ -904,12 +927,15 @@ class KubeVirtSim:
         self.resync_period = max(resync_period, NODE_RESYNC_PERIOD) if self.node_only else resync_period
         # IO-error pauses and resumes run on KubeVirt's backoff times this factor (tests: 0.01).
         self.io_time_scale = io_time_scale
-        # Read the VM's PVCs as KubeVirt and the scheduler do (off by default: most suites' VMs name PVCs that
-        # are not there): a missing one is ErrorPvcNotFound, an unbound one keeps the pod unscheduled, a faulted
-        # Longhorn volume fails the attach (FailedAttachVolume).
+        # A missing PVC or NetworkAttachmentDefinition always keeps the launcher pod from being created, as in
+        # KubeVirt (ErrorPvcNotFound; FailedCreate). `volumes` adds the scheduler's and the kubelet's reading of
+        # the PVCs: an unbound one keeps the pod unscheduled, a faulted Longhorn volume fails the attach.
         self.volumes = volumes
         self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
         self._io: dict[Key, IOFault] = {}
+        self._plans: dict[Key, nm.Plan] = {}      # node_only: how the next migration of a VMI goes
+        self._runs: dict[str, nm.Run] = {}        # node_only: migrations under way, by migration uid
+        self._aborted_at: dict[str, float] = {}   # node_only: when virt-launcher aborted a migration (monotonic)
 
         self._cond = threading.Condition()
         self._due: dict[Key, float] = {}          # key -> monotonic time it may run
@@ -932,7 +958,7 @@ class KubeVirtSim:
             return self
         self._stop.clear()
         if self.node_only:
-            self._register_nodes()
+            self.register_nodes()
         self._spawn("kubevirt-sim-worker", self._work)
         self._spawn("kubevirt-sim-resync", self._resync_loop)
         for kind in ("vm", "vmi", "pod"):
@@ -1037,6 +1063,12 @@ class KubeVirtSim:
         """How many times the guest paused on the current IO fault (0 when none is active)."""
         fault = self._io.get((namespace, vmi_name))
         return fault.pauses if fault else 0
+
+    def plan_migration(self, namespace: str, vmi_name: str, outcome: str = nm.COMPLETE, took: int = 1) -> None:
+        """node_only: how the next live migration of this VMI goes on its nodes (simcluster/node_migration.py):
+        it completes after `took` seconds, or virt-launcher aborts it on its completion budget or its progress
+        timeout, with the numbers KubeVirt's migration controller handed to the VMI. Time is compressed."""
+        self._plans[(namespace, vmi_name)] = nm.Plan(outcome, took)
 
     # ------------------------------------------------------------------------------ internals
     def _new_kube(self) -> _Kube:
@@ -1245,38 +1277,49 @@ class KubeVirtSim:
         return self._kube.patch(plural, meta["namespace"], meta["name"], _finalizer_patch(obj, remaining))
 
     # -- the node stand-in (node_only: KubeVirt's virt-controller does the rest)
-    def _register_nodes(self) -> None:
+    def register_nodes(self) -> None:
         """The Node objects, as each node's kubelet registers it (virt-controller's migration controller
-        looks the VMI's node up): allocatable devices, and virt-handler's schedulable label."""
+        looks the VMI's node up): allocatable devices, Ready, and virt-handler's schedulable label (every launcher
+        pod's nodeSelector names it, pkg/virt-controller/services/template.go). kube-apiserver's
+        TaintNodesByCondition puts `node.kubernetes.io/not-ready` on a new Node; the node lifecycle controller
+        (not run here) lifts it from a Ready one: the stand-in does."""
         for name, devices in self.nodes.items():
+            now = rfc3339(self.clock())
+            resources = {"cpu": "64", "memory": "256Gi", "ephemeral-storage": "500Gi", "pods": "250",
+                         **{k: str(v) for k, v in devices.items()}}
             body = {"apiVersion": "v1", "kind": "Node",
                     "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
                                                           "kubevirt.io/schedulable": "true"}},
-                    "status": {"capacity": {"cpu": "64", "memory": "256Gi", "pods": "250",
-                                            **{k: str(v) for k, v in devices.items()}},
-                               "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "250",
-                                               **{k: str(v) for k, v in devices.items()}}}}
+                    "status": {"capacity": resources, "allocatable": resources, "conditions": [
+                        {"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": now,
+                         "lastTransitionTime": now}]}}
             try:
                 self._kube.core.create_node(body)
             except Exception as exc:  # noqa: BLE001
                 if _http_status(exc) != 409:  # registered by an earlier world: its devices may differ
                     raise
-                self._kube.core.patch_node_status(name, {"status": body["status"]})
+            self._kube.core.patch_node_status(name, {"status": body["status"]})
+            self._kube.core.patch_node(name, {"metadata": {"labels": body["metadata"]["labels"]},
+                                              "spec": {"taints": None, "unschedulable": None}})
 
     def _sync_node(self, key: Key, vmi: dict | None) -> float | None:
-        """One step of scheduler, kubelet and virt-handler for the VMI of `key` and its launcher pods."""
+        """One step of scheduler, kubelet and virt-handler for the VMI of `key` and its launcher pods. Nothing
+        runs on a node whose Node object is not Ready: its kubelet and virt-handler are down."""
         ns, name = key
         phase = vmi_phase(vmi) if vmi is not None else ""
-        if vmi is not None and is_deleting(vmi) and phase in ("Scheduled", "Running"):
+        if vmi is not None and is_deleting(vmi) and phase in ("Scheduled", "Running") and not self._node_down(vmi):
             # virt-handler shuts the guest of a deleted VMI down gracefully (the VMI controller deletes the pod).
             now = self.clock()
             self._patch_vmi_status(vmi, with_phase(vmi, "Succeeded", now))
             return 0.0
         uid = _meta(vmi).get("uid") if vmi is not None else None
+        down = self._nodes_down()
         for pod in self._kube.pods(ns):
             if _owner_name(pod, "VirtualMachineInstance") != name:
                 continue
             pod_meta, pod_phase = _meta(pod), _status(pod).get("phase")
+            if (pod.get("spec") or {}).get("nodeName") in down:
+                continue  # its kubelet does not report
             if is_deleting(pod):
                 # kubelet: the containers are stopped and the pod object removed.
                 self._kube.delete_pod(ns, pod_meta["name"], pod_meta.get("uid"))
@@ -1286,18 +1329,24 @@ class KubeVirtSim:
                 continue  # the garbage collector deletes the pods of a VMI that is gone
             elif phase in FINAL_PHASES:
                 self._finish_pod(pod, "Succeeded" if phase == "Succeeded" else "Failed")  # launcher exits
+            elif self._failed_target(vmi, pod):
+                self._finish_pod(pod, "Succeeded")  # the target launcher of an aborted migration exits
             elif not (pod.get("spec") or {}).get("nodeName"):
-                self._schedule_pod(pod)
+                self._schedule_pod(pod, vmi)
             elif pod_phase == "Pending":
-                self._run_pod(pod)
-        if vmi is not None and phase == "Running" and not is_deleting(vmi):
+                self._run_pod(pod, vmi)
+        if vmi is None or is_deleting(vmi) or self._node_down(vmi):
+            return None
+        if phase == "Running":
             wait = self._step_wait(key)
             if wait > 0 and _migrating(vmi):
                 return wait
-            if self._migration_step(vmi):
+            if self._migration_step(key, vmi):
                 self._last_step[key] = time.monotonic()
                 return self.step_delay
-        if vmi is not None and phase == "Scheduled" and not is_deleting(vmi):
+            if self._failed_target_pending(vmi):
+                return max(self.step_delay, 0.5)
+        if phase == "Scheduled":
             wait = self._step_wait(key)
             if wait > 0:
                 return wait
@@ -1308,22 +1357,57 @@ class KubeVirtSim:
             self._last_step[key] = time.monotonic()
         return None
 
-    def _migration_step(self, vmi: dict) -> bool:
+    def _nodes_down(self) -> set[str]:
+        return {_meta(n)["name"] for n in self._kube.nodes() if not _condition_is(n, "Ready", "True")}
+
+    def _failed_target(self, vmi: Mapping, pod: Mapping) -> bool:
+        """The target pod of this VMI's migration, which virt-launcher aborted a moment ago: once KubeVirt has
+        seen the failure (a second later), the target virt-handler tears the target domain down."""
+        state = _status(vmi).get("migrationState") or {}
+        job = (_meta(pod).get("labels") or {}).get(MIGRATION_JOB_LABEL)
+        if not state.get("failed") or job != state.get("migrationUid"):
+            return False
+        return time.monotonic() - self._aborted_at.get(str(job), 0.0) >= 1.0
+
+    def _failed_target_pending(self, vmi: Mapping) -> bool:
+        state = _status(vmi).get("migrationState") or {}
+        if not state.get("failed"):
+            return False
+        return any(_status(p).get("phase") not in FINAL_POD_PHASES and not is_deleting(p)
+                   for p in self._kube.pods(_meta(vmi)["namespace"], f"{MIGRATION_JOB_LABEL}={state['migrationUid']}"))
+
+    def _migration_step(self, key: Key, vmi: dict) -> bool:
         """virt-handler's part of a live migration the migration controller handed to the VMI (its
         migrationState names the target node): the target prepares (targetNodeAddress), the source starts
-        (startTimestamp), then it completes: the VMI runs on the target node, the source launcher exits."""
+        (startTimestamp), then it completes: the VMI runs on the target node, the source launcher exits; or,
+        as planned (`plan_migration`), virt-launcher aborts it (simcluster/node_migration.py)."""
         if not _migrating(vmi):
             return False
         meta, state = _meta(vmi), dict(_status(vmi)["migrationState"])
-        now = rfc3339(self.clock())
+        now = self.clock()
         patch: dict = {}
+        uid = str(state["migrationUid"])
         if not state.get("targetNodeAddress"):
             state.update(targetNodeAddress="10.0.0.2", targetNodeDomainDetected=True)
         elif not state.get("startTimestamp"):
-            state.update(startTimestamp=now)
+            run = nm.run_for(self._plans.pop(key, nm.Plan()), vmi, state, self.version)
+            self._runs[uid] = run
+            state.update(startTimestamp=rfc3339(now - timedelta(seconds=run.seconds)), mode="PreCopy")
         else:
-            state.update(completed=True, endTimestamp=now, targetNodeDomainReadyTimestamp=now)
+            run = self._runs.get(uid) or nm.Run(uid, 0)
+            start = parse_time(state["startTimestamp"]) or now
+            if run.failure is not None:
+                state = nm.failed_state(state, run, start, self.version)
+                self._aborted_at[uid] = time.monotonic()
+                self._kube.record(vmi, "Warning", "Migrated", nm.MIGRATED_FAILED.format(uid, run.failure),
+                                  VIRT_HANDLER_COMPONENT, now)
+                self._kube.patch(VMIS, meta["namespace"], meta["name"], {"status": {"migrationState": state}})
+                return True
+            end = rfc3339(min(now, start + timedelta(seconds=run.seconds)))
+            state.update(completed=True, endTimestamp=end, targetNodeDomainReadyTimestamp=end)
             patch = {"metadata": {"labels": {NODE_NAME_LABEL: state["targetNode"]}}}
+            self._kube.record(vmi, "Normal", "Migrated", f"The VirtualMachineInstance migrated to node "
+                              f"{state['targetNode']}.", VIRT_HANDLER_COMPONENT, now)
             for pod in self._kube.pods(meta["namespace"], f"{CREATED_BY_LABEL}={meta['uid']}"):
                 if (pod.get("spec") or {}).get("nodeName") != state["targetNode"]:
                     self._finish_pod(pod, "Succeeded")  # the source launcher exits once the guest left
@@ -1333,21 +1417,27 @@ class KubeVirtSim:
         self._kube.patch(VMIS, meta["namespace"], meta["name"], {**patch, "status": status})
         return True
 
-    def _schedule_pod(self, pod: dict) -> None:
-        """kube-scheduler: bind the pod to the first node with room for its device requests, or mark it
-        Unschedulable with the scheduler's message (the VMI controller copies that condition to the VMI).
-        A migration target pod goes to another node than the VMI's other launcher (its pod anti-affinity on
-        `kubevirt.io/created-by`, pkg/virt-controller/services/template.go)."""
+    def _schedule_pod(self, pod: dict, vmi: Mapping) -> None:
+        """kube-scheduler over the Node objects: bind the pod to the first node that passes its filters (cordon,
+        taints, nodeSelector, cpu/memory/device room; `volumes`: every PVC bound), or mark it Unschedulable with
+        the scheduler's FitError message and record FailedScheduling (the VMI controller copies the condition to
+        the VMI). A migration target pod goes to another node than the VMI's other launcher (its pod
+        anti-affinity on `kubevirt.io/created-by`, pkg/virt-controller/services/template.go)."""
         meta, now = _meta(pod), self.clock()
-        nodes = self.nodes
+        nodes = self._kube.nodes()
+        taken: set[str] = set()
         if MIGRATION_JOB_LABEL in (meta.get("labels") or {}):
             owner = (meta.get("labels") or {}).get(CREATED_BY_LABEL)
             taken = {(p.get("spec") or {}).get("nodeName") for p in self._kube.pods(meta["namespace"])
                      if _meta(p).get("labels", {}).get(CREATED_BY_LABEL) == owner and pod_holds_devices(p)}
-            nodes = {n: d for n, d in self.nodes.items() if n not in taken}
-        node, why = schedule(pod_device_requests(pod), nodes, self._kube.pods())
+        if self.volumes and self._unbound_pvc(vmi):
+            node, why = None, f"0/{len(nodes)} nodes are available: {UNBOUND_PVC}."
+        else:
+            node, why = schedule_on_nodes(pod_requests(pod), nodes, self._kube.pods(), pod.get("spec") or {},
+                                          anti_affinity=taken)
         if node is None:
             current = _condition(pod, "PodScheduled")
+            self._kube.record_counted(as_pod(pod), "Warning", "FailedScheduling", str(why), "default-scheduler", now)
             if current and current.get("status") == "False" and current.get("message") == why:
                 return
             self._kube.patch_pod(meta["namespace"], meta["name"], {"status": {"conditions": [
@@ -1356,10 +1446,42 @@ class KubeVirtSim:
             return
         self._kube.bind_pod(meta["namespace"], meta["name"], node)
 
-    def _run_pod(self, pod: dict) -> None:
-        """kubelet: every container of a bound launcher pod runs and is ready; the pod is Running."""
+    def _run_pod(self, pod: dict, vmi: Mapping) -> None:
+        """kubelet: every container of a bound launcher pod runs and is ready; the pod is Running. Unless an image
+        cannot be pulled (the container waits ErrImagePull; the VMI controller copies the reason to the VMI's
+        Synchronized condition, pkg/virt-controller/watch/vmi.go checkForContainerImageError) or, with `volumes`,
+        a faulted Longhorn volume fails the attach (the attach/detach controller's FailedAttachVolume)."""
         meta, now = _meta(pod), rfc3339(self.clock())
-        containers = (pod.get("spec") or {}).get("containers") or []
+        spec = pod.get("spec") or {}
+        containers = spec.get("containers") or []
+        every = list(spec.get("initContainers") or []) + list(containers)
+        bad = next((c for c in every if unpullable(str(c.get("image") or ""))), None)
+        faulted = self._faulted_volume(vmi) if self.volumes and bad is None else None
+        if bad is not None or faulted is not None:
+            if (pod.get("status") or {}).get("containerStatuses"):
+                return  # already reported: the kubelet's back-off retries change nothing here
+            if bad is not None:
+                image = bad["image"]
+                message = (f'Failed to pull image "{image}": failed to resolve reference "{image}": dial tcp: lookup '
+                           f'{image.split("/", 1)[0]}: no such host')
+                waiting = {"reason": "ErrImagePull", "message": message}
+                self._kube.record_counted(as_pod(pod), "Warning", "Failed", message, "kubelet", self.clock())
+            else:
+                message = (f'AttachVolume.Attach failed for volume "{faulted}" : rpc error: code = Aborted desc = '
+                           f'volume {faulted} is not ready for workloads')
+                waiting = {"reason": "ContainerCreating"}
+                self._kube.record_counted(as_pod(pod), "Warning", "FailedAttachVolume", message,
+                                          "attachdetach-controller", self.clock())
+            def statuses(group: list) -> list[dict]:
+                return [{"name": c["name"], "ready": False, "restartCount": 0, "image": c.get("image", ""),
+                         "imageID": "", "state": {"waiting": waiting if bad is None or unpullable(
+                             str(c.get("image") or "")) else {"reason": "PodInitializing"}}} for c in group]
+            self._kube.patch_pod(meta["namespace"], meta["name"], {"status": {
+                "phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                                                    "lastTransitionTime": now}],
+                "initContainerStatuses": statuses(list(spec.get("initContainers") or [])),
+                "containerStatuses": statuses(list(containers))}}, status=True)
+            return
         self._kube.patch_pod(meta["namespace"], meta["name"], {"status": {
             "phase": "Running", "startTime": now, "hostIP": "10.0.0.1", "podIP": "10.52.0.10",
             "conditions": [{"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": now}
@@ -1387,8 +1509,9 @@ class KubeVirtSim:
             for pod in pods:  # the launcher exits with the guest
                 self._finish_pod(pod, "Succeeded" if phase == "Succeeded" else "Failed")
             return None
-        if phase == "Pending" and not pods and _condition_is(vmi, "Synchronized", "False", "FailedPvcNotFound"):
-            return self._admit(vmi, pods)  # waiting for its PVC to appear (KubeVirt retries)
+        if phase == "Pending" and not pods and any(_condition_is(vmi, "Synchronized", "False", r)
+                                                   for r in ("FailedPvcNotFound", "FailedCreate")):
+            return self._admit(vmi, pods)  # waiting for its PVC or NetworkAttachmentDefinition (KubeVirt retries)
         if phase in ("Pending", "Scheduling", "Scheduled", "Running") and not pods:
             # The launcher pod vanished under a live VMI: the VMI fails (virt-handler / VMI controller).
             self._patch_vmi_status(vmi, with_phase(vmi, "Failed", self.clock()))
@@ -1422,7 +1545,21 @@ class KubeVirtSim:
         if not has_finalizer(vmi, VMI_FINALIZER):
             self._kube.patch(VMIS, meta["namespace"], meta["name"],
                              _finalizer_patch(vmi, list(meta.get("finalizers") or []) + [VMI_FINALIZER]))
-        missing = self._missing_pvc(vmi) if self.volumes else None
+        missing = self._missing_pvc(vmi)
+        nad = self._missing_nad(vmi) if missing is None else None
+        if nad is not None:
+            # The launcher pod cannot be rendered without the Multus network's NetworkAttachmentDefinition
+            # (v1.3.0 pkg/virt-controller/network/render.go; v1.8.3 pkg/network/multus/nad.go, lower-case from
+            # v1.4.0): Synchronized=False FailedCreate, no Event, retried with the workqueue's backoff.
+            word = "Failed" if self.version < (1, 4, 0) else "failed"
+            why = f"failed to render launch manifest: {word} to locate network attachment definition {nad}"
+            if not _condition_is(vmi, "Synchronized", "False", "FailedCreate"):
+                status = with_phase(vmi, "Pending", self.clock()) if vmi_phase(vmi) != "Pending" else {}
+                status["conditions"] = set_condition(_status(vmi).get("conditions"), {
+                    "type": "Synchronized", "status": "False", "reason": "FailedCreate", "message": why},
+                    self.clock())
+                self._patch_vmi_status(vmi, status)
+            return self.step_delay * 10
         if missing is not None:
             # datavolumes.go: "PVC ns/name does not exist, waiting for it to appear" (Synchronized=False)
             why = f"PVC {meta['namespace']}/{missing} does not exist, waiting for it to appear"
@@ -1434,7 +1571,7 @@ class KubeVirtSim:
                 self._patch_vmi_status(vmi, status)
                 self._kube.record(vmi, "Normal", "FailedPvcNotFound", why, "virtualmachine-controller", self.clock())
             return self.step_delay * 10
-        if _condition_is(vmi, "Synchronized", "False", "FailedPvcNotFound"):
+        if any(_condition_is(vmi, "Synchronized", "False", r) for r in ("FailedPvcNotFound", "FailedCreate")):
             self._patch_vmi_status(vmi, {"conditions": drop_condition(_status(vmi).get("conditions"),
                                                                       "Synchronized")})
         if not pods:
@@ -1505,6 +1642,18 @@ class KubeVirtSim:
     def _missing_pvc(self, vmi: Mapping) -> str | None:
         ns = _meta(vmi)["namespace"]
         return next((c for c in self._claims(vmi) if self._kube.pvc(ns, c) is None), None)
+
+    def _missing_nad(self, vmi: Mapping) -> str | None:
+        """The first Multus network whose NetworkAttachmentDefinition does not exist, as "namespace/name" (a name
+        without a namespace is the VMI's)."""
+        ns = _meta(vmi)["namespace"]
+        for network in (vmi.get("spec") or {}).get("networks") or []:
+            name = (network.get("multus") or {}).get("networkName")
+            if name:
+                nad_ns, _, nad = str(name).rpartition("/")
+                if self._kube.nad(nad_ns or ns, nad) is None:
+                    return f"{nad_ns or ns}/{nad}"
+        return None
 
     def _unbound_pvc(self, vmi: Mapping) -> str | None:
         ns = _meta(vmi)["namespace"]

@@ -164,6 +164,9 @@ RESOURCES: tuple[ResourceType, ...] = (
     _custom("instancetype.kubevirt.io", "v1beta1", "virtualmachineclusterinstancetypes",
             "VirtualMachineClusterInstancetype", False, status=False),
     ResourceType("apps", "v1", "controllerrevisions", "ControllerRevision", True),
+    # Multus (upstream/multus/networks-crd.yaml, no status): KubeVirt renders no launcher pod without the NAD
+    _custom("k8s.cni.cncf.io", "v1", "network-attachment-definitions", "NetworkAttachmentDefinition", True,
+            status=False),
 )
 
 

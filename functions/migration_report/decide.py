@@ -146,11 +146,18 @@ def finished_at(vmim: dict) -> datetime | None:
 
 def migration_state(vmim: dict, vmi: dict | None) -> dict:
     """The VMI's migrationState if it is this migration's, overlaid by the VMIM's copy (written once final,
-    pkg/virt-controller/watch/migration/migration.go): the VMIM's survives the next migration."""
+    pkg/virt-controller/watch/migration/migration.go): the VMIM's survives the next migration. Up to v1.5 the
+    copy is whatever the VMI holds, another migration's too (a VMIM that failed before its hand-off gets the
+    previous migration's state; fixed in v1.6.0, commit ada65cb7d9): a copy of another migration is no fact
+    about this one."""
+    uid = kv.meta(vmim).get("uid")
     vmi_state = ((vmi or {}).get("status") or {}).get("migrationState") or {}
-    if vmi_state.get("migrationUid") != kv.meta(vmim).get("uid"):
+    if vmi_state.get("migrationUid") != uid:
         vmi_state = {}
-    return {**vmi_state, **((vmim.get("status") or {}).get("migrationState") or {})}
+    copy = (vmim.get("status") or {}).get("migrationState") or {}
+    if copy.get("migrationUid") not in (None, uid):
+        copy = {}
+    return {**vmi_state, **copy}
 
 
 def analyse(facts: Facts) -> dict:

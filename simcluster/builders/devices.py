@@ -21,6 +21,31 @@ def stamp(when: datetime) -> str:
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def prerequisites(manifest: dict) -> list[dict]:
+    """What a Harvester cluster has for this VM to start, and KubeVirt waits for: the PVC of each disk
+    (FailedPvcNotFound without it) and the NetworkAttachmentDefinition of each Multus network (no launcher pod
+    without it). Bound PVCs, bridge NADs."""
+    namespace = manifest["metadata"].get("namespace", "default")
+    spec = manifest["spec"]["template"]["spec"]
+    objs: list[dict] = []
+    for network in spec.get("networks") or []:
+        nad_ns, _, nad = (network.get("multus") or {}).get("networkName", "").rpartition("/")
+        if nad:
+            objs.append({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+                         "metadata": {"name": nad, "namespace": nad_ns or namespace},
+                         "spec": {"config": json.dumps({"cniVersion": "0.3.1", "name": nad, "type": "bridge"})}})
+    for volume in spec.get("volumes") or []:
+        claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+        if claim:
+            objs.append({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                         "metadata": {"name": claim, "namespace": namespace},
+                         "spec": {"accessModes": ["ReadWriteMany"], "volumeMode": "Block",
+                                  "storageClassName": "harvester-longhorn", "volumeName": f"pvc-{claim}",
+                                  "resources": {"requests": {"storage": "10Gi"}}},
+                         "status": {"phase": "Bound"}})
+    return objs
+
+
 def host_device(name: str = SEED_DEVICE, resource: str = VF) -> dict:
     return {"deviceName": resource, "name": name}
 

@@ -2,8 +2,9 @@
 and CONSTRUCTED-vmi-failed-migration-timeout.yaml (constructed from KubeVirt's Go types, not captured), per
 KubeVirt version:
 
-- 1.1: migrationState has no failureReason and the VMIM no copy of it; the reason is only in KubeVirt's
-  Warning Event `Migrated` on the VMI ("VirtualMachineInstance migration uid X failed. reason:...").
+- 1.1: migrationState has no failureReason (nor sourcePod); the reason is only in virt-handler's Warning Event
+  `Migrated` on the VMI ("VirtualMachineInstance migration uid X failed. reason:..."). The final VMIM keeps a copy
+  of the VMI's migrationState, as in every version (the real backend shows it).
 - 1.3: failureReason in migrationState, the VMIM keeps a copy once final; default 800 s/GiB.
 - 1.8: the same, default 150 s/GiB (from v1.4).
 """
@@ -158,11 +159,24 @@ def create_guest(cluster, name: str, *, guest: str = "8Gi", labels: dict | None 
     return vm, cluster.create(vmi)
 
 
+def recorded_configuration(shape: str, **policy) -> dict:
+    """migrationState.migrationConfiguration as virt-controller writes it at the hand-off, in every version: the
+    cluster's migration configuration (its defaults here), with a matched MigrationPolicy's fields applied
+    (pkg/virt-controller/watch/migration/migration.go; as the real backend shows it)."""
+    return {"allowAutoConverge": False, "allowPostCopy": False, "bandwidthPerMigration": "0",
+            "completionTimeoutPerGiB": 800 if shape in ("1.1", "1.3") else 150,
+            "nodeDrainTaintKey": "kubevirt.io/drain", "parallelMigrationsPerCluster": 5,
+            "parallelOutboundMigrationsPerNode": 2, "progressTimeout": 150, "unsafeMigrationOverride": False, **policy}
+
+
 def create_migration(cluster, shape: str, vmi: dict, *, took: int, phase: str = "Failed", reason: str | None = None,
-                     kubevirt_events=(), reached_running: bool = True, state: bool = True) -> dict:
+                     kubevirt_events=(), reached_running: bool = True, state: bool = True, policy: str | None = None,
+                     policy_fields: dict | None = None) -> dict:
     """What KubeVirt `shape` ("1.1", "1.3", "1.8") leaves behind for a migration of `vmi` that ran `took`
-    seconds and ended just now in `phase`: the VMIM created Running, the VMI's migrationState, KubeVirt's
-    own Events (callables (vmim, vmi) → Event), then the VMIM's final status (an update event)."""
+    seconds and ended just now in `phase`: the VMIM created Running, the VMI's migrationState (with the
+    configuration virt-controller recorded, `policy` the MigrationPolicy it matched), KubeVirt's own Events
+    (callables (vmim, vmi) → Event; virt-handler's `Migrated` and the migration controller's `FailedMigration` for
+    a failure), then the VMIM's final status (an update event) with its copy of the migrationState (≥ 1.3)."""
     meta = vmi["metadata"]
     started = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=took + 2)
     final = make_vmim(meta["name"], meta["namespace"], phase=phase, took=took, version=shape, started=started,
@@ -174,18 +188,28 @@ def create_migration(cluster, shape: str, vmi: dict, *, took: int, phase: str = 
                          "phaseTransitionTimestamps": final["status"]["phaseTransitionTimestamps"][:-1]}
     vmim = cluster.create(running)
     uid = vmim["metadata"]["uid"]
-    st = make_state(uid, took=took, failed=phase == "Failed", reason=reason, version=shape,
-                    started=started) if state else None
+    st = make_state(uid, took=took, failed=phase == "Failed", reason=reason, version=shape, started=started,
+                    policy=policy, configuration=recorded_configuration(shape, **(policy_fields or {}))) \
+        if state else None
     if st is not None:
         cluster.patch("kubevirt.io/v1", "VirtualMachineInstance", meta["namespace"], meta["name"],
                       {"status": {"migrationState": st}})
     for build in kubevirt_events:
         cluster.create(build(vmim, vmi))
-    if shape == "1.1" and reason:
+    if reason:  # virt-handler records it in every version (v1.1.1 vm.go, v1.8.3 migration-source.go)
         cluster.create(migrated_event(vmi, uid, reason))
+    if st is not None and phase == "Failed":
+        cluster.create(make_event(vmim, "FailedMigration", "source node reported migration failed",
+                                  component="virtualmachine-controller"))
     status = {"phase": phase, "phaseTransitionTimestamps": final["status"]["phaseTransitionTimestamps"]}
-    if st is not None and shape != "1.1":
-        status["migrationState"] = {k: v for k, v in st.items() if k not in ("sourcePod", "targetNodeAddress")}
+    # The final VMIM keeps a copy of the VMI's migrationState, whole (migration.go updateStatus; v1.1.1's CRD has
+    # no sourcePod or failureReason). Up to v1.5 it copies whatever the VMI holds: for a migration never handed
+    # to the VMI, the previous migration's state (v1.6.0 checks the uid, commit ada65cb7d9).
+    held = st if st is not None else ((cluster.get("kubevirt.io/v1", "VirtualMachineInstance", meta["namespace"],
+                                                   meta["name"]) or {}).get("status") or {}).get("migrationState")
+    if held is not None and (st is not None or shape in ("1.1", "1.3")):
+        status["migrationState"] = {k: v for k, v in held.items()
+                                    if shape != "1.1" or k not in ("sourcePod", "failureReason")}
     return cluster.patch("kubevirt.io/v1", "VirtualMachineInstanceMigration", meta["namespace"],
                          vmim["metadata"]["name"], {"status": status}, subresource="status")
 

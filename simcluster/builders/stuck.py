@@ -11,6 +11,8 @@ NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 LONG_AGO = NOW - timedelta(hours=1)
 LONGHORN_NS = "longhorn-system"
 SCHEDULER = "default-scheduler"
+KUBEVIRT_DEVICES = {"devices.kubevirt.io/kvm": "1000", "devices.kubevirt.io/tun": "1000",
+                    "devices.kubevirt.io/vhost-net": "1000"}
 
 
 def stamp(when: datetime) -> str:
@@ -127,11 +129,17 @@ def event(on: dict, reason: str, message: str, *, component: str = SCHEDULER, ki
 def node(name: str = "node-a", *, ready: str = "True", reason: str = "KubeletReady", unschedulable: bool = False,
          taints: Sequence[Mapping[str, str]] = (), allocatable: Mapping[str, str] | None = None,
          labels: Mapping[str, str] | None = None, since: datetime = LONG_AGO) -> dict:
+    # A KubeVirt node: virt-handler labels it schedulable (every launcher pod's nodeSelector names the label), its
+    # permanent device plugins advertise kvm, tun and vhost-net, and the kubelet ephemeral storage (every launcher
+    # pod requests one of each and 50M of it).
+    resources = {"ephemeral-storage": "100Gi", **KUBEVIRT_DEVICES,
+                 **(allocatable or {"cpu": "8", "memory": "32Gi", "pods": "110"})}
     obj: dict = {"apiVersion": "v1", "kind": "Node",
-                 "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+                 "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
+                                                       "kubevirt.io/schedulable": "true", **(labels or {})}},
                  "spec": {},
-                 "status": {"allocatable": dict(allocatable or {"cpu": "8", "memory": "32Gi", "pods": "110"}),
-                            "capacity": dict(allocatable or {"cpu": "8", "memory": "32Gi", "pods": "110"}),
+                 "status": {"allocatable": dict(resources),
+                            "capacity": dict(resources),
                             "conditions": [{"type": "Ready", "status": ready, "reason": reason,
                                             "lastHeartbeatTime": stamp(since), "lastTransitionTime": stamp(since)}]}}
     if unschedulable:
@@ -170,6 +178,18 @@ def longhorn_volume(name: str, *, state: str = "detached", robustness: str = "fa
     return {"apiVersion": "longhorn.io/v1beta2", "kind": "Volume", "metadata": {"name": name, "namespace": LONGHORN_NS},
             "spec": {"numberOfReplicas": 3, "size": str(10 * 2**30)},
             "status": {"state": state, "robustness": robustness}}
+
+
+def mebibytes(text: str) -> int:
+    """A memory quantity as whole MiB, rounded up ('2262Mi', '2Gi', '2372927488')."""
+    import math
+    import re
+    match = re.fullmatch(r"([0-9.]+)([A-Za-z]*)", str(text).strip())
+    if not match:
+        raise ValueError(f"not a memory quantity: {text!r}")
+    scale = {"": 1, "k": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9, "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30,
+             "Ti": 2 ** 40}[match.group(2)]
+    return math.ceil(float(match.group(1)) * scale / 2 ** 20)
 
 
 def quota(name: str = "compute", namespace: str = "default", *, hard: Mapping[str, str],

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from simcluster.builders.devices import SEED_DEVICE, SEED_NODE, VF, seed_vm1, seed_vm2
+from simcluster.builders.devices import SEED_DEVICE, SEED_NODE, VF, prerequisites, seed_vm1, seed_vm2
 from simcluster.play import PING_INTERVAL, Stage, stage, virtctl_start, wait_until
 
 COMPONENT = "device-conflict"
@@ -20,6 +20,9 @@ def play() -> None:
 def _play(s: Stage) -> None:
     say = s.timeline.line
     say("setup", f"node {SEED_NODE} has one {VF}; PingSource every {PING_INTERVAL:g}s")
+    for obj in prerequisites(seed_vm1()) + prerequisites(seed_vm2()):  # the disks' PVCs, the network's NAD
+        if s.cluster.get(obj["apiVersion"], obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]) is None:
+            s.cluster.create(obj)
     s.cluster.create(seed_vm1())
     say("create", f"VM default/vm1 (the seed's manifest) with PCI device {SEED_DEVICE}")
     wait_until(lambda: _phase(s, "vm1") == "Running", 20)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from simcluster.builders.io_pause import make_pvc
 from simcluster.play import PING_INTERVAL, Stage, stage, virtctl_start, wait_until
 
 CLEANUP_AFTER = "3s"
@@ -45,6 +46,8 @@ def _play(s: Stage) -> None:
     s.timeline.line("setup", f"vmi-cleanup runs with CLEANUP_AFTER={CLEANUP_AFTER}; "
                              f"PingSource every {PING_INTERVAL:g}s")
     for name, strategy, extra, why in CAST:
+        # Its disk's PVC, there in Harvester: without it KubeVirt creates no launcher pod (FailedPvcNotFound).
+        s.cluster.create(make_pvc(f"{name}-disk-0", f"pvc-{name}-disk-0"))
         s.cluster.create(seed_vm(name, strategy, extra))
         if strategy == "Manual":
             virtctl_start(s.cluster, "default", name)

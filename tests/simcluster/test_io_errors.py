@@ -9,6 +9,7 @@ import pytest
 
 from simcluster import kubevirt as kvsim
 from simcluster.apiserver import SimCluster
+from simcluster.builders.io_pause import make_pvc
 from simcluster.kubevirt import KubeVirtSim, io_error_message, io_resume_backoff
 
 
@@ -41,6 +42,7 @@ def sim():
 
 
 def running_vm(cluster, kubevirt, name):
+    cluster.create(make_pvc(f"{name}-disk-0", f"pvc-{name}-disk-0"))  # KubeVirt starts no VMI without it
     cluster.create({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
                     "metadata": {"name": name, "namespace": "default"},
                     "spec": {"runStrategy": "Always", "template": {"spec": {

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from simcluster.alertmanager import Receiver
-from simcluster.builders.devices import SEED_DEVICE, SEED_NODE, VF, host_device, seed_vm1, seed_vm2
+from simcluster.builders.devices import SEED_DEVICE, SEED_NODE, VF, host_device, prerequisites, seed_vm1, seed_vm2
 from simcluster.builders.io_pause import make_engine, make_pv, make_pvc, make_volume
 from simcluster.builders.migration import STUCK, create_guest, create_migration
 from tests import e2e
@@ -82,6 +82,9 @@ def migrations():
 
 def start_the_seed_conflict(w) -> None:
     """Harvester issue #5081's device story up to the conflict: vm1 powered off, vm2 running with its device."""
+    for obj in prerequisites(seed_vm1()) + prerequisites(seed_vm2()):  # its disks' PVCs, its network's NAD
+        if w.cluster.get(obj["apiVersion"], obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]) is None:
+            w.cluster.create(obj)
     w.cluster.create(seed_vm1())
     eventually(lambda: w.phase("vm1") == "Running", what="vm1 Running")
     w.kubevirt.guest_power_off("default", "vm1")

@@ -16,7 +16,7 @@ import pytest
 from simcluster.builders.devices import SEED_DEVICE, SEED_NODE, VF, host_device, seed_vm1, seed_vm2
 from simcluster.builders.io_pause import make_pvc
 from simcluster.play import virtctl_start
-from tests import backends, e2e
+from tests import e2e
 from tests.e2e import eventually
 from tests.rbac import assert_exact_rbac
 
@@ -50,13 +50,11 @@ class World(e2e.World):
         namespace = manifest["metadata"].get("namespace", "default")
         for network in manifest["spec"]["template"]["spec"].get("networks") or []:
             # Its NIC is on a Multus network: KubeVirt renders no launcher pod without the NetworkAttachmentDefinition
-            # ("Failed to locate network attachment definition"). The simulator does not serve that kind.
+            # ("Failed to locate network attachment definition"), on both backends.
             nad_ns, _, nad = (network.get("multus") or {}).get("networkName", "").rpartition("/")
-            if nad and self.backend == backends.REAL and self.cluster.raw(
-                    "GET", f"/apis/k8s.cni.cncf.io/v1/namespaces/{nad_ns or namespace}/network-attachment-definitions/"
-                           f"{nad}", allow=(404,)) is None:
-                self.cluster.raw("POST", f"/apis/k8s.cni.cncf.io/v1/namespaces/{nad_ns or namespace}/"
-                                         "network-attachment-definitions", {
+            if nad and self.cluster.get("k8s.cni.cncf.io/v1", "NetworkAttachmentDefinition", nad_ns or namespace,
+                                        nad) is None:
+                self.cluster.create({
                     "apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
                     "metadata": {"name": nad, "namespace": nad_ns or namespace},
                     "spec": {"config": json.dumps({"cniVersion": "0.3.1", "name": nad, "type": "bridge"})}})

@@ -260,6 +260,20 @@ def test_the_unschedulable_report_carries_the_schedulers_message():
     assert "2 Insufficient memory" in data["advice"][0]["why"]
 
 
+@pytest.mark.parametrize("version", ["1.3", "1.8"])
+def test_a_vmims_copy_of_another_migrations_state_is_ignored(version):
+    """Up to v1.5 a VMIM that failed before its hand-off copies the VMI's migrationState, which is the previous
+    migration's (seen on KubeVirt v1.3.0's virt-controller): its failureReason says nothing about this one."""
+    known = facts(version, took=0, state=False, kubevirt_events=unschedulable, vmim_kwargs={"reached_running": False})
+    previous = make_state("11111111-1111-1111-1111-111111111111", took=301, version=version,
+                          reason="Live migration is not completed after 300 seconds and has been aborted")
+    known.vmim["status"]["migrationState"] = previous
+    known.vmi["status"]["migrationState"] = previous
+    verdict, data = reported(known)
+    assert verdict.report["category"] == "target-unschedulable" and verdict.report["failureReason"] is None
+    assert "2 Insufficient memory" in data["message"]
+
+
 @pytest.mark.parametrize("ratio,action", [(0.5, Action.SKIP), (0.79, Action.SKIP), (0.8, Action.REPORT),
                                           (0.95, Action.REPORT)], ids=["50%", "79%", "80%", "95%"])
 def test_a_success_is_reported_only_near_its_timeout(ratio, action):

@@ -1,17 +1,26 @@
-"""migration-report end to end: the simulated API server, the local broker routing by the Trigger in
-deploy/, the ApiServerSource for VMIMs and the PingSource stand-ins, and the function running as a real
-functions-framework HTTP server with the credentials of its own ServiceAccount.
+"""migration-report end to end, on both backends: the API server, the local broker routing by the Trigger in
+deploy/, the ApiServerSource for VMIMs and the PingSource, and the function running as a real functions-framework
+HTTP server with the credentials of its own ServiceAccount.
 
-The simulated KubeVirt does not model live migration, so each test plays KubeVirt's part through the
-SimCluster: it creates the VM, VMI and VMIM, KubeVirt's own Events, and moves the VMIM to its final
-phase with a status patch (shaped like KubeVirt 1.1, 1.3 and 1.8; simcluster/builders/migration.py).
+On the real backend KubeVirt's own virt-controller runs every migration: a test creates a VM and a VMIM, as a
+person would; the migration controller creates the target pod, hands it to the VMI, matches the MigrationPolicy,
+writes the VMIM's phases, copies the final migrationState and records its Events; the node stand-in plays the
+scheduler (a cordoned node), the kubelet and virt-handler, and virt-launcher's migration monitor aborts the
+migration on its completion budget or progress timeout with the numbers virt-controller handed to the VMI
+(`KubeVirtSim.plan_migration`, simcluster/node_migration.py; time is compressed).
+
+The simulated KubeVirt has no migration controller, so on the simulator each test plays KubeVirt's part: it
+creates the VM, VMI and VMIM, KubeVirt's own Events, and moves the VMIM to its final phase with a status patch
+(shaped like KubeVirt 1.1, 1.3 and 1.8 as the real backend shows them; simcluster/builders/migration.py).
 """
 from __future__ import annotations
 
 import itertools
+import uuid
 
 import pytest
 
+from simcluster import node_migration as nm
 from simcluster.builders.migration import (
     NOT_COMPLETED,
     STUCK,
@@ -31,23 +40,86 @@ FUNCTION_SA = "vmevents/migration-report"
 _names = itertools.count(1)
 
 
+NODES = ("mig-node-a", "mig-node-b")
+# A cordoned second node, as the node stand-in's scheduler words it for a migration target pod
+UNSCHEDULABLE = "0/2 nodes are available: 1 node(s) didn't match pod anti-affinity rules, 1 node(s) were unschedulable."
+
+
 class World(e2e.World):
-    """No KubeVirtSim: it does not model live migration, so the tests play KubeVirt's part."""
+    """Real backend: KubeVirt's virt-controller and the node stand-in on two nodes. Simulator: no KubeVirtSim (it
+    has no migration controller): the tests play KubeVirt's part."""
 
     def __init__(self, version: str, backend: str):
         self.version = version
         self.shape = version.rsplit(".", 1)[0]          # "1.1", "1.3", "1.8"
         self.per_gib = 800 if self.shape in ("1.1", "1.3") else 150
-        # On the real backend too the tests play KubeVirt's migration controller, so KubeVirt's own must not
-        # run beside them: the node stand-in has no migration part (virt-handler's source/target progress) yet.
-        super().__init__(version, backend=backend, cluster=backends.cluster(backend, version, virt_controller=False))
+        real = backend == backends.REAL
+        super().__init__(version, backend=backend,
+                         kubevirt={"step_delay": 0.01, "nodes": {n: {} for n in NODES}} if real else None)
 
-    # -- playing KubeVirt ---------------------------------------------------------------------
+    @property
+    def real(self) -> bool:
+        return self.kubevirt is not None
+
+    # -- a guest and its migration: KubeVirt's own on the real backend, played on the simulator ---------
     def guest(self, *, guest="8Gi", labels=None, namespace="default") -> tuple[dict, dict]:
-        return create_guest(self.cluster, f"mig{next(_names)}", guest=guest, labels=labels, namespace=namespace)
+        name = f"mig{next(_names)}"
+        if not self.real:
+            return create_guest(self.cluster, name, guest=guest, labels=labels, namespace=namespace)
+        vm = self.cluster.create({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"runStrategy": "Always", "template": {
+                "metadata": {"labels": labels or {}},
+                "spec": {"domain": {"devices": {}, "memory": {"guest": guest}}}}}})
+        vmi = self.wait_vmi_phase(name, "Running", namespace, timeout=60)
+        return vm, vmi
 
-    def migrate(self, vmi: dict, **kwargs) -> dict:
-        return create_migration(self.cluster, self.shape, vmi, **kwargs)
+    def migrate(self, vmi: dict, outcome: str = nm.COMPLETE, *, took: int = 1, budget: int | None = None,
+                unschedulable: bool = False, policy: tuple[str, dict] | None = None) -> dict:
+        """A migration of `vmi` that ends as `outcome` (after `took` seconds when it completes); `budget`: the
+        completion budget KubeVirt computes (the simulator's played message names it; on the real backend
+        virt-launcher's stand-in computes it from what virt-controller wrote). `unschedulable`: the target pod
+        finds no node (the other node cordoned) until KubeVirt's unschedulable timeout deletes it. `policy`: (name,
+        fields) of the MigrationPolicy KubeVirt matches, for the simulator to record (virt-controller matches it)."""
+        if not self.real:
+            name, fields = policy or (None, {})
+            return self._played(vmi, outcome, took=took, budget=budget, unschedulable=unschedulable,
+                                policy=name, policy_fields=fields)
+        meta = vmi["metadata"]
+        annotations = {}
+        if unschedulable:
+            other = next(n for n in NODES if n != vmi["status"]["nodeName"])
+            self.cluster.patch("v1", "Node", None, other, {"spec": {"unschedulable": True}})
+            # the migration controller's own knob for this (types.go: "This exists for functional testing")
+            annotations = {"kubevirt.io/migrationUnschedulablePodTimeoutSeconds": "3"}
+        else:
+            self.kubevirt.plan_migration(meta["namespace"], meta["name"], outcome, took)
+        created = self.cluster.create({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+            "metadata": {"name": f"{meta['name']}-mig-{uuid.uuid4().hex[:5]}", "namespace": meta["namespace"],
+                         "annotations": annotations},
+            "spec": {"vmiName": meta["name"]}})
+        try:
+            return eventually(lambda: (m := self.cluster.get("kubevirt.io/v1", "VirtualMachineInstanceMigration",
+                                                             meta["namespace"], created["metadata"]["name"]))
+                              and (m.get("status") or {}).get("phase") in ("Succeeded", "Failed") and m,
+                              timeout=60, what=f"migration {created['metadata']['name']} final")
+        finally:
+            if unschedulable:
+                self.cluster.patch("v1", "Node", None, other, {"spec": {"unschedulable": None}})
+
+    def _played(self, vmi, outcome, *, took, budget, unschedulable, **recorded):
+        if unschedulable:
+            return create_migration(self.cluster, self.shape, vmi, took=300, state=False, reached_running=False,
+                                    kubevirt_events=unschedulable_events(UNSCHEDULABLE))
+        if outcome == nm.COMPLETE:
+            return create_migration(self.cluster, self.shape, vmi, phase="Succeeded", took=took, **recorded)
+        if outcome == nm.COMPLETION_TIMEOUT:
+            return create_migration(self.cluster, self.shape, vmi, took=budget + 1, reason=NOT_COMPLETED.format(budget),
+                                    **recorded)
+        # virt-launcher's first check past the 150 s progress timeout sees 151 s without progress
+        return create_migration(self.cluster, self.shape, vmi, took=151, reason=STUCK.format(151), **recorded)
 
     # -- looking ------------------------------------------------------------------------------
     def events(self, obj, namespace="default"):
@@ -84,7 +156,7 @@ def world(request):
 def test_a_completion_timeout_is_explained_with_kubevirts_numbers_once(world):
     vm, vmi = world.guest(guest="8Gi", labels={"harvesterhci.io/vmName": "db"})
     budget = 9 * world.per_gib                     # 8Gi → 9 decimal GB: 7200 s at 800 s/GiB, not 6400
-    vmim = world.migrate(vmi, took=budget + 1, reason=NOT_COMPLETED.format(budget))
+    vmim = world.migrate(vmi, nm.COMPLETION_TIMEOUT, budget=budget)
     kind, data = world.reported(vmi, vm, vmim)
     assert kind == "io.vmevents.migration-report.detected"
     assert data["category"] == "completion-timeout" and data["budget"]["completionTimeoutSeconds"] == budget
@@ -108,7 +180,7 @@ def test_a_completion_timeout_is_explained_with_kubevirts_numbers_once(world):
     assert not world.replies(vmim["metadata"]["uid"], "resolved")
 
     # the finding ends when a later migration of the VMI has ended: one resolved, once
-    world.migrate(vmi, phase="Succeeded", took=budget // 10)
+    world.migrate(vmi, took=budget // 10)
     world.settle()
     world.knative.ping.tick()
     world.settle()
@@ -120,21 +192,19 @@ def test_a_completion_timeout_is_explained_with_kubevirts_numbers_once(world):
 
 def test_a_progress_stall_is_explained(world):
     vm, vmi = world.guest(guest="2Gi")
-    vmim = world.migrate(vmi, took=300, reason=STUCK.format(150))
+    vmim = world.migrate(vmi, nm.PROGRESS_STALL)
     _, data = world.reported(vmi, vm, vmim)
     assert data["category"] == "progress-stall"
     assert data["budget"]["progressTimeoutSeconds"] == 150
-    assert "no data moved for 150 s" in world.events(vmi)[0]["message"]
+    assert "no data moved for 151 s" in world.events(vmi)[0]["message"]  # the seconds virt-launcher names
 
 
 def test_an_unschedulable_target_is_explained_with_the_schedulers_message(world):
     vm, vmi = world.guest(guest="2Gi")
-    message = "0/3 nodes are available: 1 node(s) didn't match pod anti-affinity rules, 2 Insufficient memory."
-    vmim = world.migrate(vmi, took=300, state=False, reached_running=False,
-                         kubevirt_events=unschedulable_events(message))
+    vmim = world.migrate(vmi, unschedulable=True)
     _, data = world.reported(vmi, vm, vmim)
     assert data["category"] == "target-unschedulable"
-    assert message.rstrip(".") in world.events(vmi)[0]["message"]
+    assert UNSCHEDULABLE.rstrip(".") in world.events(vmi)[0]["message"]
     assert "it never started copying" in world.events(vmi)[0]["message"]
 
 
@@ -144,24 +214,34 @@ def test_a_policy_matched_by_namespace_labels_sets_the_budget(world):
     world.cluster.create(make_policy(f"{namespace}-policy", namespace={"workload-class": namespace},
                                      completionTimeoutPerGiB=100))
     vm, vmi = world.guest(guest="2Gi", labels={"app": "batch"}, namespace=namespace)
-    vmim = world.migrate(vmi, took=301, reason=NOT_COMPLETED.format(300))
+    vmim = world.migrate(vmi, nm.COMPLETION_TIMEOUT, budget=300,    # 100 s/GiB × 3 GB, the policy's
+                         policy=(f"{namespace}-policy", {"completionTimeoutPerGiB": 100}))
     eventually(lambda: world.events(vmi, namespace), what="the Event")
     _, data = eventually(lambda: world.replies(vmim["metadata"]["uid"]), what="a reply")[0]
-    assert data["policy"]["name"] == f"{namespace}-policy" and data["policy"]["how"] == "matched"
+    # KubeVirt records the policy it matched (migrationState.migrationPolicyName), so the report need not match again
+    assert data["policy"]["name"] == f"{namespace}-policy" and data["policy"]["how"] == "recorded"
     assert data["budget"]["completionTimeoutSeconds"] == 300
     assert data["advice"][0]["action"] == f"amend MigrationPolicy {namespace}-policy (the policy in effect)"
+
+    # a migration that failed before KubeVirt handed it to the VMI recorded nothing: the report matches the policy
+    # itself, by the VMI's and the namespace's labels
+    unplaced = world.migrate(vmi, unschedulable=True)
+    _, data = eventually(lambda: world.replies(unplaced["metadata"]["uid"]), what="a reply")[0]
+    assert data["category"] == "target-unschedulable"
+    assert data["policy"]["name"] == f"{namespace}-policy" and data["policy"]["how"] == "matched"
+    assert data["budget"]["completionTimeoutSeconds"] == 300
 
 
 def test_a_success_near_its_timeout_is_reported_and_one_well_inside_is_not(world):
     vm, vmi = world.guest(guest="2Gi")
     budget = 3 * world.per_gib
-    near = world.migrate(vmi, phase="Succeeded", took=int(budget * 0.9))
+    near = world.migrate(vmi, took=int(budget * 0.9))
     kind, data = world.reported(vmi, vm, near)
     assert kind == "io.vmevents.migration-report.detected" and data["category"] == "near-timeout"
     assert world.events(vmi)[0]["reason"] == "MigrationNearTimeout"
 
     vm2, vmi2 = world.guest(guest="2Gi")
-    fine = world.migrate(vmi2, phase="Succeeded", took=int(budget * 0.5))
+    fine = world.migrate(vmi2, took=int(budget * 0.5))
     world.settle()
     world.knative.ping.tick()
     world.settle()
@@ -172,7 +252,7 @@ def test_a_missed_event_is_caught_by_the_next_tick(world):
     vm, vmi = world.guest(guest="2Gi")
     world.cluster.faults.add(method="GET", path=r"/virtualmachineinstancemigrations/mig", service_account=FUNCTION_SA,
                              status=503, times=None)
-    vmim = world.migrate(vmi, took=300, reason=STUCK.format(150))
+    vmim = world.migrate(vmi, nm.PROGRESS_STALL)
     eventually(lambda: any(d.dead_lettered for d in list(world.knative.broker.deliveries)
                            if d.subject and d.subject.endswith(vmim["metadata"]["name"])),
                what="every delivery failed: the event was dead-lettered")
@@ -187,7 +267,7 @@ def test_a_report_that_could_not_be_recorded_is_retried_and_made_once(world):
     vm, vmi = world.guest(guest="2Gi")
     world.cluster.faults.add(method="POST", path=r"/namespaces/default/events$", service_account=FUNCTION_SA,
                              status=503, times=1)      # the finding's Event, on the VMIM: the delivery fails
-    vmim = world.migrate(vmi, took=300, reason=STUCK.format(150))
+    vmim = world.migrate(vmi, nm.PROGRESS_STALL)
     world.reported(vmi, vm, vmim)
     world.settle()
     world.knative.ping.tick()
@@ -200,7 +280,7 @@ def test_a_finding_event_lost_before_its_end_is_reported_again_once(world):
     """As if the finding's Event had expired (--event-ttl) while the function was down: the re-scan reports the
     migration again — one extra notice, as docs/findings.md says — and no more. Runs on both backends."""
     vm, vmi = world.guest(guest="2Gi")
-    vmim = world.migrate(vmi, took=300, reason=STUCK.format(150))
+    vmim = world.migrate(vmi, nm.PROGRESS_STALL)
     world.reported(vmi, vm, vmim)
     world.settle()
     [lost] = world.events(vmim)

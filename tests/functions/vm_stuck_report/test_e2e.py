@@ -1,15 +1,18 @@
-"""vm-stuck-report end to end, on both backends: the API server (simulated, or a real kube-apiserver), the simulated
-KubeVirt writing each VM's printableStatus from its VMI as virt-controller does, the local broker routing by the
-Trigger in deploy/, the PingSource, and the function as a real functions-framework server with the credentials of its
-own ServiceAccount.
+"""vm-stuck-report end to end, on both backends: the API server (simulated, or a real kube-apiserver), KubeVirt
+writing each VM's printableStatus and conditions (the simulated one; on the real backend KubeVirt's own
+virt-controller, with the node stand-in playing the scheduler, the kubelet and virt-handler), the local broker
+routing by the Trigger in deploy/, the PingSource, and the function as a real functions-framework server with the
+credentials of its own ServiceAccount.
 
 Each test sets a cause up through the cluster's objects — Nodes, PVCs, StorageClasses, PVs, Longhorn volumes,
 ResourceQuotas, an image the kubelet cannot pull — lets KubeVirt's part (and the scheduler's and the kubelet's
 stand-ins) put the VM in the state KubeVirt names, waits past the threshold, and checks the report's cause, evidence
 and next step, one `.detected` over several ticks, then removes the cause and checks one `.resolved`. The tests
-rely only on the status words KubeVirt writes, so they hold when the real virt-controller writes them. The
-simulated KubeVirt does not model migration: the migration tests play its migration controller's part (the VMIM, its
-condition and the VMI's FailedCreate Event, as migration.go writes them), as migration-report's do.
+rely only on the status words KubeVirt writes. The simulated KubeVirt does not model migration: on the simulator
+the migration tests play its migration controller's part (the VMIM, its condition and the VMI's FailedCreate Event,
+as migration.go writes them); on the real backend KubeVirt's migration controller runs the VMIM, and a
+ResourceQuota (kube-apiserver's ResourceQuota admission, kube-controller-manager's resourcequota controller) refuses
+its target pod for real.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from datetime import UTC, datetime
 import pytest
 
 from simcluster.builders import stuck as b
-from tests import backends, e2e
+from tests import e2e
 from tests.e2e import backends_only, eventually
 from tests.rbac import assert_exact_rbac
 
@@ -29,6 +32,7 @@ FUNCTION = "vm-stuck-report"
 FUNCTION_SA = "vmevents/vm-stuck-report"
 AFTER = 2.0  # VM_STUCK_AFTER in these tests, seconds
 GPU = "nvidia.com/NVIDIA_L40S-8Q"
+BASE = "stuck-base"  # the node stand-in's own node on the real backend, off while a test brings its own
 _names = itertools.count(1)
 
 
@@ -36,13 +40,15 @@ class World(e2e.World):
     function_sa = FUNCTION_SA
 
     def __init__(self, version: str, backend: str):
-        # On the real backend the simulator's KubeVirt plays virt-controller too (virt_controller=False): the
-        # causes are set up through its scheduler, volume and node stand-ins, which the node-only stand-in under
-        # KubeVirt's own virt-controller does not have yet (the statuses it writes are KubeVirt's words,
-        # docs/facts.md §7, checked against virt-controller in tests/simcluster/test_kubevirt_fidelity.py).
-        super().__init__(version, backend=backend, kubevirt={"step_delay": 0.01, "volumes": True},
-                         cluster=backends.cluster(backend, version, virt_controller=False),
+        # On the real backend KubeVirt's virt-controller writes every status; the causes are set up through the
+        # node stand-in's scheduler (Node objects), kubelet (images, volume attach) and virt-handler (NotReady).
+        super().__init__(version, backend=backend,
+                         kubevirt={"step_delay": 0.01, "volumes": True, "nodes": {BASE: {}}},
                          env_overrides={FUNCTION: {"VM_STUCK_AFTER": f"{AFTER:.0f}s"}})
+
+    @property
+    def real(self) -> bool:
+        return self.kubevirt.node_only
 
     # -- set-up --------------------------------------------------------------------------------
     def create_vm(self, **kw) -> str:
@@ -123,10 +129,14 @@ def world(request):
 
 @pytest.fixture
 def nodes(world):
-    """Node objects for a test (the scheduler stand-in places on them), removed after it."""
+    """Node objects for a test (the scheduler stand-in places on them), removed after it. On the real backend the
+    stand-in's own node is deleted meanwhile (its VMs' pods stay, as on a node whose kubelet is gone), so the
+    scheduler sees the test's nodes alone, and registered again after."""
     made: list[str] = []
 
     def make(*objs):
+        if world.real and world.cluster.get("v1", "Node", None, BASE) is not None:
+            world.cluster.delete("v1", "Node", None, BASE)
         for obj in objs:
             world.cluster.create(obj)
             made.append(obj["metadata"]["name"])
@@ -138,6 +148,8 @@ def nodes(world):
     yield make
     for name in made:
         world.cluster.delete("v1", "Node", None, name)
+    if world.real:
+        world.kubevirt.register_nodes()
 
 
 def _check(notice, state, cause, evidence, step):
@@ -312,38 +324,81 @@ def _migrate(world, name, **kw):
                      what=f"VMI {name} Running")
     obj = b.vmim(vmi, name=f"{name}-mig", **kw)
     obj["metadata"] = {"name": obj["metadata"]["name"], "namespace": "default"}  # the server names the rest
+    if world.real:
+        obj.pop("status")  # KubeVirt's migration controller writes it
     return vmi, world.cluster.create(obj)
 
 
 def test_a_migration_a_resource_quota_has_no_room_for(world):
     name = world.create_vm(memory="2Gi")
     world.wait_status(name, "Running")
-    world.cluster.create(b.quota("vm-quota", hard={"requests.memory": "4Gi"}, used={"requests.memory": "3Gi"}))
-    vmi, vmim = _migrate(world, name, rejected_by_quota=True)
-    world.cluster.create(b.event(vmi, "FailedCreate", f'Error creating pod: pods "virt-launcher-{name}-x" is '
-                                 f'forbidden: exceeded quota: vm-quota, requested: requests.memory=2200Mi, used: '
-                                 f'requests.memory=3Gi, limited: requests.memory=4Gi',
-                                 component="virtualmachine-controller",
-                                 when=datetime.now(UTC)))
+    if world.real:  # the quota refuses KubeVirt's target pod for real: virt-controller's FailedCreate Event
+        vmi, vmim, evidence = _quota_refuses_the_target_pod(world, name)
+    else:
+        world.cluster.create(b.quota("vm-quota", hard={"requests.memory": "4Gi"}, used={"requests.memory": "3Gi"}))
+        vmi, vmim = _migrate(world, name, rejected_by_quota=True)
+        world.cluster.create(b.event(vmi, "FailedCreate", f'Error creating pod: pods "virt-launcher-{name}-x" is '
+                                     f'forbidden: exceeded quota: vm-quota, requested: requests.memory=2200Mi, used: '
+                                     f'requests.memory=3Gi, limited: requests.memory=4Gi',
+                                     component="virtualmachine-controller",
+                                     when=datetime.now(UTC)))
+        evidence = "ResourceQuota vm-quota: requests.memory used 3Gi of 4Gi"
     notice = world.reported(name)
-    _check(notice, "MigrationPending", "quota-exceeded", "ResourceQuota vm-quota: requests.memory used 3Gi of 4Gi",
-           "Raise vm-quota")
+    _check(notice, "MigrationPending", "quota-exceeded", evidence, "Raise vm-quota")
     assert notice["details"]["migration"] == vmim["metadata"]["name"]
     world.cluster.delete("kubevirt.io/v1", "VirtualMachineInstanceMigration", "default", vmim["metadata"]["name"])
     assert "no longer exists" in world.resolved(name)["details"]["because"]
     world.cluster.delete("v1", "ResourceQuota", "default", "vm-quota")
 
 
+def _quota_refuses_the_target_pod(world, name):
+    """A ResourceQuota with room for what runs in the namespace now and half a launcher more; then a VMIM, whose
+    target pod kube-apiserver refuses (403 exceeded quota), which KubeVirt's migration controller records."""
+    [pod] = [p for p in world.cluster.list("v1", "Pod", "default", label_selector="kubevirt.io=virt-launcher")
+             if (p["metadata"].get("labels") or {}).get("vm.kubevirt.io/name") == name]
+    launcher = sum(b.mebibytes(c["resources"]["requests"]["memory"]) for c in pod["spec"]["containers"]
+                   if (c.get("resources") or {}).get("requests", {}).get("memory"))
+    world.cluster.create(b.quota("vm-quota", hard={"requests.memory": "1Ti"}))
+    used = eventually(lambda: ((world.cluster.get("v1", "ResourceQuota", "default", "vm-quota") or {})
+                               .get("status") or {}).get("used", {}).get("requests.memory"),
+                      what="the resourcequota controller's usage")
+    hard = f"{b.mebibytes(used) + launcher // 2}Mi"
+    world.cluster.patch("v1", "ResourceQuota", "default", "vm-quota", {"spec": {"hard": {"requests.memory": hard}}})
+    eventually(lambda: (world.cluster.get("v1", "ResourceQuota", "default", "vm-quota") or {})
+               .get("status", {}).get("hard", {}).get("requests.memory") == hard, what="the quota's new hard")
+    vmi, vmim = _migrate(world, name)
+    eventually(lambda: [e for e in world.cluster.list("v1", "Event", "default")
+                        if e["reason"] == "FailedCreate" and "exceeded quota: vm-quota" in e["message"]
+                        and e["involvedObject"].get("uid") == vmi["metadata"]["uid"]],
+               what="virt-controller's FailedCreate Event on the VMI", timeout=30)
+    quota = world.cluster.get("v1", "ResourceQuota", "default", "vm-quota")["status"]
+    return vmi, vmim, (f"ResourceQuota vm-quota: requests.memory used {quota['used']['requests.memory']} of "
+                       f"{quota['hard']['requests.memory']}")
+
+
 def test_a_migration_pending_for_no_reason_the_facts_show_is_unknown_and_says_what_was_checked(world):
+    """On the real backend KubeVirt's migration controller holds the VMIM Pending by a limit the function does not
+    read: no outbound migration per node (migrations.parallelOutboundMigrationsPerNode 0 in the KubeVirt CR)."""
     name = world.create_vm()
     world.wait_status(name, "Running")
-    _, vmim = _migrate(world, name)
-    d = world.reported(name)["details"]
-    assert d["cause"] == "unknown" and not d["evidence"]
-    assert any("no migration target pod exists" in c for c in d["checked"]) and \
-        any(c.startswith("ResourceQuotas:") for c in d["checked"])
-    world.cluster.delete("kubevirt.io/v1", "VirtualMachineInstanceMigration", "default", vmim["metadata"]["name"])
-    world.resolved(name)
+    if world.real:
+        _kubevirt_migrations(world, {"parallelOutboundMigrationsPerNode": 0})
+    try:
+        _, vmim = _migrate(world, name)
+        d = world.reported(name)["details"]
+        assert d["cause"] == "unknown" and not d["evidence"]
+        assert any("no migration target pod exists" in c for c in d["checked"]) and \
+            any(c.startswith("ResourceQuotas:") for c in d["checked"])
+        world.cluster.delete("kubevirt.io/v1", "VirtualMachineInstanceMigration", "default", vmim["metadata"]["name"])
+        world.resolved(name)
+    finally:
+        if world.real:
+            _kubevirt_migrations(world, {"parallelOutboundMigrationsPerNode": None})
+
+
+def _kubevirt_migrations(world, settings):
+    world.cluster.patch("kubevirt.io/v1", "KubeVirt", "kubevirt", "kubevirt",
+                        {"spec": {"configuration": {"migrations": settings}}})
 
 
 def test_a_vm_that_settles_in_time_is_never_reported(world):
