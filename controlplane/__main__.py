@@ -56,7 +56,8 @@ def up(event_ttl: str, kubevirt_version: str, knative: bool = True) -> int:
     plane = ControlPlane(event_ttl=event_ttl, workdir=workdir)
     plane.start(say=lambda text: print(text, file=sys.stderr, flush=True))
     try:
-        cluster = RealCluster(plane, kubevirt_version).start()
+        # No fault proxy: it lives in this process, which returns, and virt-controller would talk through it.
+        cluster = RealCluster(plane, kubevirt_version, fault_proxy=False).start()
         cluster.stop()
         state = {**plane.state(), "kubevirt_version": kubevirt_version}
         controller = cluster.virt_controller
