@@ -200,6 +200,17 @@ def _churn(admin: Kube, vmims: list[tuple[str, str]]) -> None:
                           {"metadata": {"annotations": {"bench.vmevents.io/churn": str(time.time_ns())}}})
 
 
+
+def event_object(admin: Kube, function: Function, plan: Plan) -> tuple[Kind, dict]:
+    """The kind and object of the function's relevant event in the population, read as the admin."""
+    kind, namespace, name = function.event_of(plan)
+    if not name:  # the migration of vm-00000: its generated name
+        name = next(m["metadata"]["name"] for m in admin.list(VMIM, namespace,
+                                                              label_selector="kubevirt.io/vmi-name=vm-00000"))
+    obj = admin.get(kind, namespace, name)
+    assert obj is not None, f"{kind.kind} {namespace}/{name} is missing from the population"
+    return kind, obj
+
 def bench_size(plane: Any, cluster: Any, admin: Kube, plan: Plan, rounds: int,
                say: Callable[[str], None], only: set[str] | None = None) -> list[Row]:
     import importlib
@@ -212,12 +223,7 @@ def bench_size(plane: Any, cluster: Any, admin: Kube, plan: Plan, rounds: int,
         settings = settings_module.load(function.env)
         kube = Kube(cluster.api_client(service_account=function.service_account))
         ctx: KubeContext = KubeContext(function.name, settings, utcnow, kube, Recorder(kube, function.name))
-        kind, namespace, name = function.event_of(plan)
-        if not name:  # the migration of vm-00000: its generated name
-            name = next(m["metadata"]["name"] for m in admin.list(VMIM, namespace,
-                                                                  label_selector="kubevirt.io/vmi-name=vm-00000"))
-        obj = admin.get(kind, namespace, name)
-        assert obj is not None, f"{kind.kind} {namespace}/{name} is missing from the population"
+        kind, obj = event_object(admin, function, plan)
         ticks: dict[str, list[Sample]] = {"naive": [], "now": []}
         events: dict[str, list[Sample]] = {"naive": [], "now": []}
         variants = {what: KubeContext(function.name, settings_module.load({**function.env, **env}), utcnow, kube,

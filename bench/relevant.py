@@ -29,10 +29,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.api_cost import FUNCTIONS, Function
+from bench.api_cost import FUNCTIONS, Function, event_object
 from bench.population import Plan, populate
 from bench.vmi_cleanup import Server, Spec, post
-from shared.kube import VMIM, Kube
+from shared.kube import Kube
 
 
 @dataclass
@@ -75,12 +75,7 @@ def _logged(server: Server) -> list[dict[str, Any]]:
 
 
 def measure(cluster: Any, admin: Kube, plan: Plan, function: Function, events: int, workdir: Path) -> Row:
-    kind, namespace, name = function.event_of(plan)
-    if not name:  # the migration of vm-00000: its generated name
-        name = next(m["metadata"]["name"] for m in admin.list(VMIM, namespace,
-                                                              label_selector="kubevirt.io/vmi-name=vm-00000"))
-    obj = admin.get(kind, namespace, name)
-    assert obj is not None, f"{kind.kind} {namespace}/{name} is missing from the population"
+    kind, obj = event_object(admin, function, plan)
     server = Server(Spec(function.name, f"functions/{function.package}/main.py"),
                     cluster.kubeconfig(function.service_account), workdir, env=function.env).start()
     try:
