@@ -101,7 +101,7 @@ def go_available() -> str | None:
 
 def buildable() -> bool:
     """Go is here, or every binary is already cached: the control plane can be had without building."""
-    return go_available() is not None or all(built(c) for c in ALL)
+    return go_available() is not None or all_built()
 
 
 def built(component: Component) -> bool:
@@ -109,6 +109,10 @@ def built(component: Component) -> bool:
 
 
 _background: list[subprocess.Popen] = []  # held, not waited for: the build outlives a short caller
+
+
+def all_built() -> bool:
+    return all(built(c) for c in ALL)
 
 
 def background_log() -> Path:
@@ -120,7 +124,7 @@ def start_background(command: list[str] | None = None) -> str:
     (nothing to do), "running" (another caller's is under way) or "started". The tests that need no binary run
     meanwhile, and the first that needs one waits for it (tests/conftest.py), so a cold build costs the test run
     only what the tests leave of the two cores. The process holds `.background.lock` while it lives."""
-    if all(built(c) for c in ALL):
+    if all_built():
         return "built"
     cache_root().mkdir(parents=True, exist_ok=True)
     lock = open(cache_root() / ".background.lock", "w")  # noqa: SIM115 - handed to the child, then closed

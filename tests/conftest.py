@@ -97,7 +97,7 @@ def pytest_runtest_protocol(item, nextitem):
         _builds_awaited = True
         from controlplane import build
 
-        if build.go_available() and not all(build.built(c) for c in build.ALL):
+        if build.go_available() and not build.all_built():
             say = item.config.pluginmanager.get_plugin("terminalreporter").write_line
             hurried = build.hurry_background()
             say(f"\nwaiting for the control plane's builds (log: {build.background_log()})"
