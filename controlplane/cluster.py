@@ -80,7 +80,7 @@ class RealCluster:
         self._kubeconfigs: dict[str, str] = {}
         self._lock = threading.Lock()
         self._clients: list[Any] = []
-        self._audit_offset = 0
+        self._audit_mark: tuple[int | None, int] = (None, 0)
         self._admin = None
 
     @property
@@ -296,17 +296,36 @@ class RealCluster:
 
     @property
     def requests(self) -> list[AuditRecord]:
-        """Every request since the last clear_requests(), from the audit log (written before each answer)."""
-        records = []
-        with open(self.plane.audit_log, "rb") as log:
-            log.seek(self._audit_offset)
-            for line in log:
-                if not line.endswith(b"\n"):  # being written right now: it is read next time
-                    break
-                record = _audit_record(json.loads(line))
-                if record is not None:
-                    records.append(record)
+        """Every request since the last clear_requests(), from the audit log (written before each answer).
+
+        kube-apiserver writes the log through lumberjack, which renames a full file aside
+        (`audit-<time>.log`) and starts a new one; its size limit is set high (controlplane/server.py), and a
+        rotation since clear_requests() is still followed: the rest of the old file, then every newer one."""
+        records: list[AuditRecord] = []
+        for path, offset in self._audit_files():
+            with open(path, "rb") as log:
+                log.seek(offset)
+                for line in log:
+                    if not line.endswith(b"\n"):  # being written right now: it is read next time
+                        break
+                    record = _audit_record(json.loads(line))
+                    if record is not None:
+                        records.append(record)
         return records
+
+    def _audit_files(self) -> list[tuple[Path, int]]:
+        """The audit files written since clear_requests(), oldest first, each with where to start reading."""
+        current = self.plane.audit_log
+        if not current.exists():
+            return []
+        inode, offset = self._audit_mark
+        if current.stat().st_ino == inode or inode is None:
+            return [(current, offset)]
+        backups = sorted(current.parent.glob(f"{current.stem}-*{current.suffix}"))
+        start = next((i for i, b in enumerate(backups) if b.stat().st_ino == inode), None)
+        if start is None:
+            raise RuntimeError(f"the audit log was rotated and its file from clear_requests() is gone: {current}")
+        return [(backups[start], offset), *((b, 0) for b in backups[start + 1:]), (current, 0)]
 
     def listed_by(self, service_account: str, manifest: dict) -> bool:
         """Whether this ServiceAccount's first LIST of every resource an ApiServerSource watches was answered."""
@@ -317,7 +336,9 @@ class RealCluster:
         return wanted <= done
 
     def clear_requests(self) -> None:
-        self._audit_offset = self.plane.audit_log.stat().st_size if self.plane.audit_log.exists() else 0
+        log = self.plane.audit_log
+        stat = log.stat() if log.exists() else None
+        self._audit_mark = (stat.st_ino, stat.st_size) if stat else (None, 0)
 
     # -- KubeVirt's subresource API -----------------------------------------------------------------------
 

@@ -122,7 +122,7 @@ class ControlPlane:
             f"--event-ttl={self.event_ttl}",
             "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,ValidatingAdmissionPolicy,ResourceQuota",
             f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}", "--audit-log-format=json",
-            "--audit-log-maxsize=0", "--audit-log-mode=blocking",
+            "--audit-log-maxsize=1024", "--audit-log-mode=blocking",
             f"--cert-dir={self.workdir / 'certs'}", "--profiling=false", "--v=0",
         ])
 
