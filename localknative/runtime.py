@@ -9,6 +9,7 @@ The pieces live in broker.py, sources.py and serving.py; this module wires them 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -221,8 +222,13 @@ class LocalKnative:
             source.stop()
         for broker in self.brokers.values():
             broker.stop()
-        for server in self.functions.values():
-            server.stop()
+        # All at once: each may take its SIGKILL's 5 s, and seven in a row outlast a person's patience.
+        stopping = [threading.Thread(target=server.stop, name=f"stop-{name}")
+                    for name, server in self.functions.items()]
+        for thread in stopping:
+            thread.start()
+        for thread in stopping:
+            thread.join()
 
     def wait_idle(self, timeout: float = 10.0) -> bool:
         return all(b.wait_idle(timeout) for b in self.brokers.values())

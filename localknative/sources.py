@@ -238,8 +238,11 @@ class ApiServerSourceAdapter:
             watches = list(self._watches)
         for w in watches:
             w.stop()
+        # A watch wakes on its next event or at its server-side timeout; the threads are daemons, and one deadline
+        # for all of them bounds the stop.
+        deadline = time.monotonic() + 5
         for thread in self._threads:
-            thread.join(timeout=5)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def wait_for(self, predicate: Callable[[list[CloudEvent]], bool], timeout: float = 10.0) -> bool:
         """Block until `predicate(sent events)` holds; False if `timeout` passed first."""
