@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,8 +163,16 @@ def hurry_background() -> bool:
         return False
 
 
+# Set by tests/conftest.py while a test runs that is not marked as needing binaries: called with the component before
+# ensure() hands its folder over, it fails that test at once, cached or not. Unmarked tests run first, beside a
+# cold build, and one that needed a binary would wait for that build with every test behind it waiting too.
+guard: Callable[[Component], None] | None = None
+
+
 def ensure(component: Component, say=lambda text: None) -> Path:
     """The folder holding the component's binaries, building them first if they are not cached."""
+    if guard is not None:
+        guard(component)
     target = binary_dir(component)
     if built(component):
         return target

@@ -10,6 +10,13 @@ that ServiceAccount from the TokenRequest API, never as the admin, and listens o
 One virt-controller runs per control plane (its leader lease is per namespace), a fresh one per world: a world
 stops the running one before its reset and starts its version's after it, so that no state of an earlier world
 (its expectations per namespace/name) decides this one's. docs/control-plane.md lists each piece and why.
+
+It is restarted when it exits, as the kubelet restarts its container: virt-controller exits when it cannot renew its
+leader lease within the renew deadline (`OnStoppedLeading: golog.Fatal("leaderelection lost")`,
+pkg/virt-controller/watch/application.go; 15 s lease, 10 s deadline, 2 s retries), which an API-server or etcd
+outage longer than that causes. The restart waits the kubelet's CrashLoopBackOff: 10 s, doubled after each exit up
+to 5 minutes, and back to 10 s after a run of 10 minutes. Its identity is the host name, the same after a restart,
+so the new process renews the lease its predecessor held at once.
 """
 from __future__ import annotations
 
@@ -17,7 +24,9 @@ import functools
 import os
 import signal
 import subprocess
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -78,14 +87,36 @@ def rbac(version: str) -> list[dict]:
     return [dict(d) for d in _documents(manifests_dir(version) / "virt-controller-rbac.yaml")]
 
 
-class VirtController:
-    """One virt-controller process of one version, started against a RealCluster's control plane."""
+# The kubelet's restart backoff for a container that exits (pkg/kubelet/kubelet.go `backOffPeriod`,
+# `MaxContainerBackOff`; the Pod lifecycle page: reset after 10 minutes of running without a problem).
+BACKOFF_FIRST, BACKOFF_MAX, BACKOFF_RESET = 10.0, 300.0, 600.0
 
-    def __init__(self, plane: Any, version: str):
+
+@dataclass(frozen=True)
+class Exit:
+    """One exit of virt-controller that the supervisor restarted it after."""
+    code: int
+    ran: float          # seconds it had run
+    restart_in: float   # the backoff before the restart
+
+
+class VirtController:
+    """One virt-controller process of one version, started against a RealCluster's control plane and restarted,
+    with the kubelet's backoff, whenever it exits until `stop()`."""
+
+    def __init__(self, plane: Any, version: str, backoff: tuple[float, float, float] = (
+            BACKOFF_FIRST, BACKOFF_MAX, BACKOFF_RESET)):
         self.plane = plane
         self.version = version
         self.process: subprocess.Popen | None = None
         self.log = Path(plane.workdir) / f"virt-controller-{version}.log"
+        self.exits: list[Exit] = []
+        self._backoff = backoff
+        self._argv: list[str] = []
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._started_at = 0.0
+        self._supervisor: threading.Thread | None = None
 
     def start(self, cluster: Any, timeout: float = 60.0) -> VirtController:
         """Install its identity (as the admin), then run it with that identity's token."""
@@ -96,19 +127,63 @@ class VirtController:
                 stdin="\n---\n".join(yaml.safe_dump(d) for d in rbac(self.version)))
         kubeconfig = cluster.kubeconfig(service_account=f"{NAMESPACE}/{SERVICE_ACCOUNT}")
         tag = self.version
-        argv = [str(binary), f"--kubeconfig={kubeconfig}", "--listen=127.0.0.1", f"--port={free_port()}",
-                f"--launcher-image={IMAGE_REGISTRY}/virt-launcher:{tag}",
-                f"--exporter-image={IMAGE_REGISTRY}/virt-exportserver:{tag}"]
+        self.run([str(binary), f"--kubeconfig={kubeconfig}", "--listen=127.0.0.1", f"--port={free_port()}",
+                  f"--launcher-image={IMAGE_REGISTRY}/virt-launcher:{tag}",
+                  f"--exporter-image={IMAGE_REGISTRY}/virt-exportserver:{tag}"])
+        try:
+            self._wait_leader(cluster, time.monotonic() + timeout)
+        except VirtControllerError:
+            self.stop()
+            raise
+        return self
+
+    def run(self, argv: list[str]) -> None:
+        """Start `argv` and keep it running: restarted after each exit, until stop()."""
+        self._argv = argv
+        self._stopping.clear()
+        self._launch()
+        self._supervisor = threading.Thread(target=self._supervise, name=f"virt-controller-{self.version}",
+                                            daemon=True)
+        self._supervisor.start()
+
+    def _launch(self) -> None:
         from controlplane.server import _clean_env, _die_with_parent
 
-        with open(self.log, "ab") as out:
-            self.process = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                # It reads its namespace from the pod's service-account folder, else "kubevirt" (util.GetNamespace).
-                env=_clean_env(), start_new_session=True,
-                preexec_fn=_die_with_parent if getattr(self.plane, "die_with_parent", False) else None)
-        self._wait_leader(cluster, time.monotonic() + timeout)
-        return self
+        with self._lock:
+            if self._stopping.is_set():
+                return
+            with open(self.log, "ab") as out:
+                self.process = subprocess.Popen(
+                    self._argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    # It reads its namespace from the pod's service-account folder, else "kubevirt"
+                    # (util.GetNamespace).
+                    env=_clean_env(), start_new_session=True,
+                    preexec_fn=_die_with_parent if getattr(self.plane, "die_with_parent", False) else None)
+            self._started_at = time.monotonic()
+
+    def _supervise(self) -> None:
+        """Restart it whenever it exits, until stop(): the kubelet's part for a crashed container."""
+        first, most, reset = self._backoff
+        delay = first
+        while not self._stopping.is_set():
+            with self._lock:
+                process = self.process
+            if process is None:
+                return
+            code = process.wait()
+            if self._stopping.is_set():
+                return
+            ran = time.monotonic() - self._started_at
+            if ran >= reset:
+                delay = first
+            self.exits.append(Exit(code, ran, delay))
+            with open(self.log, "ab") as out:
+                out.write(f"[supervisor] virt-controller exited with code {code} after {ran:.1f} s; restarting in "
+                          f"{delay:.0f} s\n".encode())
+            if self._stopping.wait(delay):
+                return
+            self._launch()
+            delay = min(delay * 2, most)
 
     def _wait_leader(self, cluster: Any, deadline: float) -> None:
         """Ready when it holds its leader lease: only then do its controllers run."""
@@ -139,7 +214,9 @@ class VirtController:
         return None
 
     def stop(self, cluster: Any = None) -> None:
-        process, self.process = self.process, None
+        self._stopping.set()
+        with self._lock:
+            process, self.process = self.process, None
         if process is not None and process.poll() is None:
             try:
                 os.killpg(process.pid, signal.SIGTERM)
@@ -150,6 +227,8 @@ class VirtController:
                 except ProcessLookupError:
                     pass
                 process.wait(timeout=5)
+        if self._supervisor is not None and self._supervisor is not threading.current_thread():
+            self._supervisor.join(timeout=5)
         if cluster is not None:  # the next one takes the lease now, not after it expires
             cluster.raw("DELETE", LEASE_PATH, allow=(404,))
 

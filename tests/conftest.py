@@ -1,6 +1,7 @@
 """Shared fixtures: an isolated environment, kubeconfig helpers and a function served through HTTP."""
 from __future__ import annotations
 
+import functools
 import socket
 import time
 from pathlib import Path
@@ -91,7 +92,8 @@ _builds_awaited = False
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outside pytest-timeout's timer: the wait is not the test's
 def pytest_runtest_protocol(item, nextitem):
     """Before the first test that needs the control plane's binaries: wait for the builds (and build what no
-    one is building). A failed build is reported here once; each test that needs it then fails with its error."""
+    one is building). A failed build is reported here once; each test that needs it then fails with its error.
+    While a test that is not marked so runs, build.guard fails it when it asks for a binary."""
     global _builds_awaited
     if not _builds_awaited and needs_binaries(item):
         _builds_awaited = True
@@ -108,4 +110,18 @@ def pytest_runtest_protocol(item, nextitem):
                 say(f"the control plane's binaries are ready after {time.monotonic() - started:.0f}s of waiting")
             except build.BuildError as exc:
                 say(f"the control plane's build failed: {exc}")
-    yield
+    from controlplane import build
+
+    build.guard = None if needs_binaries(item) else functools.partial(_unmarked, item.nodeid)
+    try:
+        yield
+    finally:
+        build.guard = None
+
+
+def _unmarked(nodeid: str, component) -> None:
+    from controlplane import build
+
+    raise build.BuildError(f"{nodeid} needs {component.name} {component.version} but is not marked `real` or "
+                           "`built`: mark it, so that it runs after the tests that need no binary (tests/conftest.py) "
+                           "instead of waiting for a cold build with every test behind it")

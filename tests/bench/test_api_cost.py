@@ -6,7 +6,7 @@ import pytest
 from bench.api_cost import FUNCTIONS, render, run_bench
 from controlplane import build
 
-pytestmark = [pytest.mark.timeout(600),
+pytestmark = [pytest.mark.real, pytest.mark.timeout(600),
               pytest.mark.skipif(not build.buildable(), reason="the real control plane cannot be had here (Go)")]
 
 

@@ -2,6 +2,7 @@
 one version's build does not wait on another's, and a failure says which component failed."""
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import sys
@@ -50,6 +51,8 @@ def fake_go(tmp_path, monkeypatch):
         (modules / name / "go.mod").write_text(f"module x\n\nrequire example.com/{name} v1.0.0\n")
         components.append(build.Component(name, f"example.com/{name}", (f"./cmd/{name}",), (name,)))
     monkeypatch.setattr(build, "ALL", tuple(components))
+    # These tests build fakes in a cache of their own: not what the guard of unmarked tests is for.
+    monkeypatch.setattr(build, "guard", None)
     return tmp_path / "go.log"
 
 
@@ -133,3 +136,15 @@ def test_a_waiter_gives_the_background_build_its_normal_priority_back(fake_go, t
     while build.hurry_background():                            # gone with its lock: nothing to hurry
         assert time.monotonic() < deadline
         time.sleep(0.1)
+
+
+def test_an_unmarked_test_that_asks_for_a_binary_fails_at_once_even_when_it_is_cached(fake_go, monkeypatch):
+    """tests/conftest.py sets build.guard while an unmarked test runs: it runs before the builds are awaited, and
+    waiting in it for a cold build would hold up every test after it."""
+    from tests.conftest import _unmarked
+
+    alpha = build.ALL[0]
+    build.ensure(alpha)  # cached now
+    monkeypatch.setattr(build, "guard", functools.partial(_unmarked, "tests/x.py::test_y"))
+    with pytest.raises(build.BuildError, match=r"tests/x.py::test_y needs alpha v1.0.0 but is not marked `real`"):
+        build.ensure(alpha)
