@@ -250,6 +250,11 @@ def ensure_running(cluster: Any, requested_version: str) -> VirtController:
     return controller.start(cluster)
 
 
+def supervised_on(plane: Any) -> VirtController | None:
+    """The control plane's virt-controller, running or waiting out its restart backoff."""
+    return _running.get(id(plane))
+
+
 def running_on(plane: Any) -> VirtController | None:
     controller = _running.get(id(plane))
     return controller if controller is not None and controller.running() else None
