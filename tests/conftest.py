@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import re
 import socket
 import time
 from pathlib import Path
@@ -62,13 +63,52 @@ def needs_binaries(item) -> bool:
     return item.get_closest_marker("real") is not None or item.get_closest_marker("built") is not None
 
 
+# A KubeVirt version in a test's id or its module's source: "kubevirt-1.8.3-real", "v1.1.1", "1.3.1".
+_KUBEVIRT_VERSION = re.compile(r"(?<![\w.])v?(1\.\d{1,2}\.\d+)(?![\w.])")
+# What in a module's source means Knative's own broker and webhooks run (controlplane/knative.py, both halves).
+_KNATIVE_BROKER = re.compile(r"tests\.delivery|bench\.broker|controlplane\.knative\b|from controlplane import knative")
+
+
+@functools.cache
+def _source(path: str) -> str:
+    return Path(path).read_text(errors="replace")
+
+
+def components_for(item) -> tuple:
+    """What of controlplane/build.py an item that needs binaries needs, as its id and its module's source tell:
+    kube, etcd and Knative's ApiServerSource adapter always; the virt-controller of each KubeVirt version named
+    (the default world's, 1.3.1 → v1.3.0, when none is); Knative Serving's webhook where Knative's broker runs; helm
+    where its module builds it; everything where it asks for everything. It errs towards more: a binary it needs and
+    was not waited for is waited for inside the test, under the test's timeout."""
+    from controlplane import build, kubevirt
+
+    text = _source(str(item.path))
+    if "ensure_all" in text or item.get_closest_marker("real") is None and "build.ensure(" not in text:
+        return build.ALL
+    needed = [build.KUBE, build.ETCD, build.KNATIVE]
+    for version in sorted(set(_KUBEVIRT_VERSION.findall(item.nodeid)) | set(_KUBEVIRT_VERSION.findall(text))
+                          or {"1.3.1"}):
+        try:
+            needed.append(build.KUBEVIRT[kubevirt.controller_version(version)])
+        except kubevirt.VirtControllerError:  # a version no virt-controller is built for (Kubernetes' own, say)
+            continue
+    if _KNATIVE_BROKER.search(text):
+        needed.append(build.SERVING)
+    if "build.HELM" in text:
+        needed.append(build.HELM)
+    return tuple(dict.fromkeys(needed))
+
+
 @pytest.hookimpl(trylast=True)  # after pytest's own grouping of items by their higher-scoped parameters
 def pytest_collection_modifyitems(config, items):
     """A test marked `sim_only` (it needs what a real kube-apiserver cannot be made to do, and says why; faults
     are not such a thing: controlplane/faultproxy.py injects them there) runs on the simulator backend only: its
     real-backend rows are deselected, and counted. The tests that need the control plane's binaries run after
-    all the others, in their order, so a cold build (`make test` starts it in the background) runs beside the
-    tests that need none."""
+    all the others, so a cold build (`make test` starts it in the background) runs beside the tests that need
+    none; among them, a module whose binaries are built sooner (build.ALL's order) runs sooner, each module's
+    items together and in pytest's order."""
+    from controlplane import build
+
     early, late, dropped = [], [], []
     for item in items:  # the real backend's parameters carry the `real` mark (tests/backends.py)
         real_row = item.get_closest_marker("real") is not None
@@ -83,35 +123,42 @@ def pytest_collection_modifyitems(config, items):
             (late if needs_binaries(item) else early).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-    items[:] = early + late
+    modules: dict[str, list] = {}
+    for item in late:
+        modules.setdefault(str(item.path), []).append(item)
+    rank = {component: i for i, component in enumerate(build.ALL)}
+    ready = {path: max(rank[c] for part in group for c in components_for(part)) for path, group in modules.items()}
+    items[:] = early + [item for path in sorted(modules, key=ready.__getitem__) for item in modules[path]]
 
 
-_builds_awaited = False
+_hurried = False
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outside pytest-timeout's timer: the wait is not the test's
 def pytest_runtest_protocol(item, nextitem):
-    """Before the first test that needs the control plane's binaries: wait for the builds (and build what no
-    one is building). A failed build is reported here once; each test that needs it then fails with its error.
+    """Before a test that needs the control plane's binaries: wait for the builds of those it needs
+    (components_for), building what no one is building, and run the background build at normal priority from the
+    first such wait on. A failed build is reported here; each test that needs it then fails with its error.
     While a test that is not marked so runs, build.guard fails it when it asks for a binary."""
-    global _builds_awaited
-    if not _builds_awaited and needs_binaries(item):
-        _builds_awaited = True
-        from controlplane import build
-
-        if build.go_available() and not build.all_built():
-            say = item.config.pluginmanager.get_plugin("terminalreporter").write_line
-            hurried = build.hurry_background()
-            say(f"\nwaiting for the control plane's builds (log: {build.background_log()})"
-                + ("; the background build runs at normal priority now" if hurried else ""))
-            started = time.monotonic()
-            try:
-                build.ensure_all(say=say)
-                say(f"the control plane's binaries are ready after {time.monotonic() - started:.0f}s of waiting")
-            except build.BuildError as exc:
-                say(f"the control plane's build failed: {exc}")
+    global _hurried
     from controlplane import build
 
+    if needs_binaries(item) and build.go_available():
+        waiting = [c for c in components_for(item) if not build.built(c)]
+        if waiting:
+            say = item.config.pluginmanager.get_plugin("terminalreporter").write_line
+            hurried = not _hurried and build.hurry_background()
+            _hurried = True
+            say(f"\nwaiting for {', '.join(f'{c.name} {c.version}' for c in waiting)} "
+                f"(log: {build.background_log()})"
+                + ("; the background build runs at normal priority now" if hurried else ""))
+            started = time.monotonic()
+            for component in waiting:
+                try:
+                    build.ensure(component, say=say)
+                except build.BuildError as exc:
+                    say(f"the control plane's build failed: {exc}")
+            say(f"ready after {time.monotonic() - started:.0f}s of waiting")
     build.guard = None if needs_binaries(item) else functools.partial(_unmarked, item.nodeid)
     try:
         yield

@@ -99,9 +99,9 @@ class Story:
         exits = virt_controller_exits(w)[self.exits_before:]
         print(f"\n[faults] {scenario}: injected {injected}; episodes {len(self.names)}, lost {len(lost)}, "
               f"duplicate notices {sum(duplicates.values()) - len(duplicates)}, wrong writes {len(wrong)}, "
-              f"{self.left_at_recovery} left at recovery, converged {took:.1f} s after it; virt-controller exited "
-              f"{len(exits)} time(s) and was restarted"
-              + "".join(f" (code {e.code} after {e.ran:.0f} s)" for e in exits))
+              f"{self.left_at_recovery} left at recovery, converged {took:.1f} s after it; virt-controller "
+              + ("ran throughout" if not exits else f"exited {len(exits)} time(s), each restarted: "
+                 + ", ".join(f"code {e.code} after {e.ran:.0f} s" for e in exits)))
         assert not lost, f"no notice for {lost}"
         assert not duplicates, f"more than one notice: {duplicates}"
         assert not wrong, wrong
