@@ -67,6 +67,7 @@ def needs_binaries(item) -> bool:
 _KUBEVIRT_VERSION = re.compile(r"(?<![\w.])v?(1\.\d{1,2}\.\d+)(?![\w.])")
 # What in a module's source means Knative's own broker and webhooks run (controlplane/knative.py, both halves).
 _KNATIVE_BROKER = re.compile(r"tests\.delivery|bench\.broker|controlplane\.knative\b|from controlplane import knative")
+_HELM = re.compile(r"build\.HELM|tests\.deploy\.test_chart import")  # helm, or the chart test's helm fixture
 
 
 @functools.cache
@@ -83,7 +84,8 @@ def components_for(item) -> tuple:
     from controlplane import build, kubevirt
 
     text = _source(str(item.path))
-    if "ensure_all" in text or item.get_closest_marker("real") is None and "build.ensure(" not in text:
+    if "ensure_all" in text or (item.get_closest_marker("real") is None and "build.ensure(" not in text
+                                and not _HELM.search(text)):
         return build.ALL
     needed = [build.KUBE, build.ETCD, build.KNATIVE]
     for version in sorted(set(_KUBEVIRT_VERSION.findall(item.nodeid)) | set(_KUBEVIRT_VERSION.findall(text))
@@ -94,7 +96,7 @@ def components_for(item) -> tuple:
             continue
     if _KNATIVE_BROKER.search(text):
         needed.append(build.SERVING)
-    if "build.HELM" in text:
+    if _HELM.search(text):
         needed.append(build.HELM)
     return tuple(dict.fromkeys(needed))
 

@@ -46,3 +46,8 @@ def test_a_module_that_builds_everything_waits_for_everything(tmp_path):
 def test_an_unmarked_real_call_in_a_built_test_counts_as_everything(tmp_path):
     """A `built` test that names no build it asks for: everything, rather than a wait inside its timeout."""
     assert components_for(_item(tmp_path, "def test_x(): pass\n", "test_x", real=False)) == build.ALL
+
+
+def test_the_chart_tests_helm_fixture_means_helm(tmp_path):
+    item = _item(tmp_path, "from tests.deploy.test_chart import helm, template\n", "test_x[a]", real=False)
+    assert build.HELM in components_for(item) and components_for(item) != build.ALL

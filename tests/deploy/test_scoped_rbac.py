@@ -78,6 +78,7 @@ def test_a_setting_its_bindings_disagree_with_is_caught(function):
 
 @pytest.mark.parametrize("value", ["", "vms", "vms, other"])
 @pytest.mark.parametrize("function", sorted(SCOPED))
+@pytest.mark.built  # helm (controlplane/build.py)
 def test_the_charts_bindings_follow_its_values_too(helm, function, value):  # noqa: F811 - the fixture
     """The Helm chart binds the -act ClusterRole by one RoleBinding per namespace its value lists (none listed:
     one ClusterRoleBinding), so an install from the chart allows no more than its setting either."""
