@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -99,6 +101,23 @@ class Kubelet:
             except Exception as exc:  # noqa: BLE001 - the stand-in keeps going; the errors are reported
                 self.note(f"{type(exc).__name__}: {exc}")
             self._stop.wait(0.25)
+
+    def kill(self, key: str, timeout: float = 30.0) -> float:
+        """SIGKILL the pod of Deployment `key` ("namespace/name"), as an OOM kill or a lost node does, and wait until
+        this kubelet has started it again (its restart loop, after its back-off); the seconds that took."""
+        pod, started = self.pods[key], time.monotonic()
+        if pod.process is not None and pod.process.poll() is None:
+            try:
+                os.killpg(pod.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            pod.process.wait(timeout=10)
+        while time.monotonic() - started < timeout:
+            again = self.pods.get(key)
+            if again is not None and again is not pod and again.running:
+                return time.monotonic() - started
+            time.sleep(0.1)
+        raise PodError(f"pod {key} was not started again within {timeout:.0f} s; errors: {self.errors[-3:]}")
 
     def note(self, error: str) -> None:
         if error not in self.errors:

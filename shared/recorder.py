@@ -32,10 +32,20 @@ def _counted_for(event: dict) -> str | None:
     return ((event.get("metadata") or {}).get("annotations") or {}).get(COUNTED_FOR)
 
 
-def event_name(involved: dict, event_type: str, reason: str, message: str) -> str:
+def event_name(involved: dict, event_type: str, reason: str, message: str, once_for: str | None = None) -> str:
+    """The Event's name: the same for the same Event, so that it is counted again. One recorded `once_for`
+    something is named by that alone (with the involved object's name, type and reason), so that it can be found
+    again from what it was counted for (once_event_name)."""
     meta = involved["metadata"]
+    if once_for is not None:
+        return once_event_name(meta["name"], event_type, reason, once_for)
     key = "\x00".join((meta.get("uid", ""), meta["name"], event_type, reason, message))
     return f"{meta['name']}.{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+def once_event_name(involved_name: str, event_type: str, reason: str, once_for: str) -> str:
+    key = "\x00".join(("once", involved_name, event_type, reason, once_for))
+    return f"{involved_name}.{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
 class Recorder:
@@ -85,13 +95,20 @@ class Recorder:
                         exc.message)
         return None
 
+    def recorded_once(self, namespace: str, involved_name: str, event_type: str, reason: str,
+                      once_for: str) -> dict | None:
+        """The Event recorded `once_for` that thing on the object named so, or None."""
+        event = self.kube.get(EVENT, namespace, once_event_name(involved_name, event_type, reason, once_for))
+        return event if event is not None and _counted_for(event) == once_for else None
+
     def _record(self, involved: dict, event_type: str, reason: str, message: str, now: datetime,
                 annotations: dict[str, str] | None = None, once_for: str | None = None,
                 refresh: dict[str, str] | None = None) -> bool:
         written = dict(refresh or {})
         if once_for is not None:
             written[COUNTED_FOR] = once_for
-        body = self._body(involved, event_type, reason, message, now, {**(annotations or {}), **written})
+        body = self._body(involved, event_type, reason, message, now, {**(annotations or {}), **written},
+                          once_for)
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
         try:
             self.kube.create(EVENT, namespace, body)
@@ -100,10 +117,10 @@ class Recorder:
         return True
 
     def _body(self, involved: dict, event_type: str, reason: str, message: str, now: datetime,
-              annotations: dict[str, str] | None) -> dict:
+              annotations: dict[str, str] | None, once_for: str | None = None) -> dict:
         meta = involved["metadata"]
         namespace = meta.get("namespace") or "default"
-        name = event_name(involved, event_type, reason, message)
+        name = event_name(involved, event_type, reason, message, once_for)
         stamp = _timestamp(now)
         metadata = {"name": name, "namespace": namespace}
         if annotations:

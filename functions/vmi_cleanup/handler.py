@@ -6,9 +6,10 @@ VMI and VM) → decide (functions/vmi_cleanup/decide.py, pure) → act (with pre
 """
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from functions.vmi_cleanup import memory as memories
@@ -30,6 +31,9 @@ from shared.runtime import KubeContext, Outcome
 LOST_ANSWER_WAIT = 15.0
 
 PREVIOUS_ANNOTATION = "vmevents.io/previous-run-strategy"
+# On an act's VMICleanedUp Event: the CloudEvent id of the delivery that acted, and the reply it answered with.
+ACTED_ON = "vmevents.io/cleaned-on-delivery"
+REPLY = "vmevents.io/cleaned-reply"
 MAX_ATTEMPTS = 3
 
 
@@ -43,8 +47,9 @@ def on_event(event: Incoming, ctx: KubeContext[Settings]) -> Outcome:
         return Outcome("irrelevant", subject=event.subject)
     vmi = _read_vmi(ctx, found)
     if vmi is None:
-        return Outcome("gone", subject=event.subject, reason="the VMI no longer exists")
-    return converge(vmi, ctx)
+        return _gone(ctx, found.namespace, found.name, found.uid, event.id, event.subject,
+                     "the VMI no longer exists")
+    return converge(vmi, ctx, delivery=event.id)
 
 
 def rescan(ctx: KubeContext[Settings]) -> Outcome:
@@ -87,18 +92,20 @@ def _visit(found: Target, ctx: KubeContext[Settings], memory: memories.Memory | 
     return converge(vmi, ctx).reply
 
 
-def converge(vmi: dict[str, Any], ctx: KubeContext[Settings]) -> Outcome:
-    """Decide on fresh objects and act; on a conflict, read again and decide again."""
+def converge(vmi: dict[str, Any], ctx: KubeContext[Settings], delivery: str | None = None) -> Outcome:
+    """Decide on fresh objects and act; on a conflict, read again and decide again. `delivery`: the id of the
+    CloudEvent being answered (None for a re-scan), kept on the Event of what it did (_report)."""
     for _ in range(MAX_ATTEMPTS):
         vm = _read_vm(ctx, vmi)
         verdict, version = _decide_with_facts(vmi, vm, ctx)
         try:
-            return _act(verdict, vmi, vm, ctx, version)
+            return _act(verdict, vmi, vm, ctx, version, delivery)
         except Conflict:
             meta = kv.meta(vmi)
             fresh = ctx.kube.get(VMI, meta["namespace"], meta["name"])
             if fresh is None:
-                return Outcome("gone", subject=kv.api_path(vmi), reason="the VMI no longer exists")
+                return _gone(ctx, meta["namespace"], meta["name"], meta.get("uid"), delivery, kv.api_path(vmi),
+                             "the VMI no longer exists")
             vmi = fresh
     raise TemporaryError(f"VMI {kv.meta(vmi)['namespace']}/{kv.meta(vmi)['name']} kept changing while "
                          f"being cleaned up; retry later")
@@ -109,7 +116,7 @@ def converge(vmi: dict[str, Any], ctx: KubeContext[Settings]) -> Outcome:
 class Target:
     namespace: str
     name: str | None = None      # the VMI's name, when the event says it
-    uid: str | None = None       # else its uid (a launcher pod's kubevirt.io/created-by label)
+    uid: str | None = None       # its uid, when the event says it (a launcher pod's owner or created-by label)
 
 
 def target(event: Incoming, settings: Settings) -> Target | None:
@@ -122,7 +129,7 @@ def target(event: Incoming, settings: Settings) -> Target | None:
     if obj is None:  # Reference mode: the VMI is read in any case
         return Target(namespace, ref.name)
     if ref.kind == "VirtualMachineInstance":
-        return Target(namespace, ref.name) if kv.phase(obj) in settings.phases else None
+        return Target(namespace, ref.name, kv.meta(obj).get("uid")) if kv.phase(obj) in settings.phases else None
     return _launcher_target(obj, namespace, settings)
 
 
@@ -132,7 +139,8 @@ def _launcher_target(pod: dict[str, Any], namespace: str, settings: Settings) ->
         return None
     owner = kv.controller_owner(pod, "VirtualMachineInstance")
     if owner:
-        return Target(namespace, check_name("VirtualMachineInstance", owner["name"], "the pod's owner"))
+        return Target(namespace, check_name("VirtualMachineInstance", owner["name"], "the pod's owner"),
+                      owner.get("uid"))
     uid = labels.get("kubevirt.io/created-by")
     return Target(namespace, uid=check_uid(uid)) if uid else None
 
@@ -194,7 +202,7 @@ def _migrating(ctx: KubeContext[Settings], vmi: dict[str, Any]) -> bool:
 
 # -- act ------------------------------------------------------------------------------------------
 def _act(verdict: Verdict, vmi: dict[str, Any], vm: dict[str, Any] | None, ctx: KubeContext[Settings],
-         version: Version | None = None) -> Outcome:
+         version: Version | None = None, delivery: str | None = None) -> Outcome:
     subject = kv.api_path(vmi)
     if verdict.warning:
         ctx.recorder.record(vm or vmi, "Warning", wording.ANNOTATION_INVALID, verdict.warning, ctx.clock())
@@ -215,12 +223,13 @@ def _act(verdict: Verdict, vmi: dict[str, Any], vm: dict[str, Any] | None, ctx: 
             # lost its answer too. Either may report it: the Event, counted once per VMI, tells them apart.
             gone = False
         if gone:
-            return Outcome("gone", subject=subject, reason="the VMI was already deleted")
-        return _report(verdict, vmi, vm, ctx, "deleted-vmi")
+            return _gone(ctx, meta["namespace"], meta["name"], meta.get("uid"), delivery, subject,
+                         "the VMI was already deleted")
+        return _report(verdict, vmi, vm, ctx, "deleted-vmi", delivery=delivery)
     # decide() halts only a VM it read, and says which run strategy it saw.
     assert vm is not None and verdict.run_strategy is not None, verdict
     ctx.kube.json_patch(VM, meta["namespace"], kv.meta(vm)["name"], halt_patch(vm, verdict.run_strategy))
-    return _report(verdict, vmi, vm, ctx, "halted-vm")
+    return _report(verdict, vmi, vm, ctx, "halted-vm", delivery=delivery)
 
 
 def _gone_since(ctx: KubeContext[Settings], meta: dict[str, Any]) -> bool:
@@ -255,15 +264,38 @@ def halt_patch(vm: dict[str, Any], strategy: str) -> JsonPatch:
 
 # -- report ---------------------------------------------------------------------------------------
 def _report(verdict: Verdict, vmi: dict[str, Any], vm: dict[str, Any] | None, ctx: KubeContext[Settings],
-            effect: str, basis: memories.Basis | None = None) -> Outcome:
+            effect: str, basis: memories.Basis | None = None, delivery: str | None = None) -> Outcome:
     """The Event and the reply. An act's Event is counted once per VMI (a dry run's each time it is decided, with
     the basis of its verdict: memory.py): counted for this VMI already, another delivery acted and reported (two
-    DELETEs that lost their answers cannot tell whose was applied), and nothing is announced."""
+    DELETEs that lost their answers cannot tell whose was applied), and nothing is announced. An act's Event keeps
+    the delivery that acted and its reply, for a redelivery of that event (_gone)."""
     dry = wording.is_dry_run(effect)
     reason = wording.DRY_RUN if dry else wording.CLEANED_UP
-    if not ctx.recorder.record(vm or vmi, "Normal", reason, wording.event_message(effect, vmi, verdict), ctx.clock(),
-                               once_for=None if dry else kv.meta(vmi).get("uid"),
-                               refresh={memories.BASIS: basis.encode()} if basis else None):
-        return Outcome("gone", subject=kv.api_path(vmi), reason="the VMI was deleted; another delivery reported it")
     reply = report(wording.finding(effect, vmi, vm, verdict), "cleaned")
+    kept = {ACTED_ON: delivery, REPLY: json.dumps(asdict(reply), sort_keys=True)} if delivery and not dry else None
+    meta = kv.meta(vmi)
+    if not ctx.recorder.record(vm or vmi, "Normal", reason, wording.event_message(effect, vmi, verdict), ctx.clock(),
+                               once_for=None if dry else meta.get("uid"), annotations=kept,
+                               refresh={memories.BASIS: basis.encode()} if basis else None):
+        return _gone(ctx, meta["namespace"], meta["name"], meta.get("uid"), delivery, kv.api_path(vmi),
+                     "the VMI was deleted; another delivery reported it")
     return Outcome(verdict.action.value, effect=effect, subject=kv.api_path(vmi), reason=verdict.reason, reply=reply)
+
+
+def _gone(ctx: KubeContext[Settings], namespace: str, name: str | None, uid: str | None, delivery: str | None,
+          subject: str | None, reason: str) -> Outcome:
+    """Nothing (more) to do. When this is a redelivery of the event whose delivery cleaned the VMI up, that
+    delivery's reply again, same id: the broker redelivers an event whose reply it could not take in (the
+    channel's reply to the broker's ingress failed), and only this answer can still announce the cleanup."""
+    if delivery and name and uid:
+        event = ctx.recorder.recorded_once(namespace, name, "Normal", wording.CLEANED_UP, uid)
+        annotations = ((event or {}).get("metadata") or {}).get("annotations") or {}
+        if annotations.get(ACTED_ON) == delivery:
+            try:
+                reply = Reply(**json.loads(annotations[REPLY]))
+            except (KeyError, TypeError, ValueError):
+                reply = None
+            if reply is not None:
+                return Outcome("gone", subject=subject, reply=reply,
+                               reason=f"{reason}; this event's earlier delivery cleaned it up: its notice again")
+    return Outcome("gone", subject=subject, reason=reason)

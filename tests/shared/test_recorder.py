@@ -49,7 +49,7 @@ def test_a_transition_is_recorded_once_even_when_deliveries_race():
 
 def test_counted_once_for_a_thing_even_when_deliveries_race():
     """record(once_for=…): racers reporting the same act (the same VMI) count the Event once, and exactly one of them
-    is told it recorded it; another thing (the VM's next VMI) counts it again."""
+    is told it recorded it; another thing (the VM's next VMI) has an Event of its own, found by what it is for."""
     with SimCluster() as cluster:
         recorders = [Recorder(Kube(cluster.api_client(service_account="vmevents/vmi-cleanup")), "vmi-cleanup")
                      for _ in range(4)]
@@ -58,7 +58,10 @@ def test_counted_once_for_a_thing_even_when_deliveries_race():
             told = list(pool.map(lambda r: r.record(VM, "Normal", "Cleaned", "the same words", NOW,
                                                     once_for="vmi-uid-1"), recorders))
         assert told.count(True) == 1
-        [event] = cluster.list("v1", "Event", "default")
-        assert event["count"] == 2 and event["metadata"]["annotations"]["vmevents.io/counted-for"] == "vmi-uid-1"
-        assert recorders[1].record(VM, "Normal", "Cleaned", "the same words", NOW, once_for="vmi-uid-2") is True
-        assert cluster.list("v1", "Event", "default")[0]["count"] == 3
+        events = {e["metadata"]["annotations"]["vmevents.io/counted-for"]: e
+                  for e in cluster.list("v1", "Event", "default")}
+        assert sorted(events) == ["vmi-uid-0", "vmi-uid-1"] and all(e["count"] == 1 for e in events.values())
+        assert recorders[1].record(VM, "Normal", "Cleaned", "other words", NOW, once_for="vmi-uid-2") is True
+        found = recorders[2].recorded_once("default", VM["metadata"]["name"], "Normal", "Cleaned", "vmi-uid-2")
+        assert found is not None and found["message"] == "other words"
+        assert recorders[2].recorded_once("default", VM["metadata"]["name"], "Normal", "Cleaned", "vmi-uid-9") is None
