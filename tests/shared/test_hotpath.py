@@ -316,3 +316,15 @@ def test_alert_forwarders_prefilter_answers_what_its_handler_answers(monkeypatch
     assert _answer(fast, headers, body, monkeypatch) == _answer(slow, headers, body, monkeypatch)
     ruled = worth_decoding(wsgi.EnvironCe(environ(headers)), body, settings)
     assert (ruled is not True) == shortcut and ruled is not False  # it answers with an Outcome, or decodes
+
+
+@pytest.mark.parametrize("ruled, verdict", [
+    (False, "irrelevant"), (runtime.Outcome("drop", reason="r"), "drop"),
+    (True, "decoded"), (None, "decoded"), (0, "decoded"), ("", "decoded"),  # only False or an Outcome skip decoding
+])
+def test_a_prefilter_answers_with_false_or_an_outcome_and_anything_else_is_decoded(monkeypatch, ruled, verdict):
+    app = runtime.FunctionApp("f", lambda *_: runtime.Outcome("decoded"), None, None, prefilter=lambda *_: ruled)
+    status, _body, _headers, logged = _answer(app, GOOD, b"{}", monkeypatch)
+    assert (status, logged["verdict"]) == (204, verdict)
+    bad = {k: v for k, v in GOOD.items() if k != "ce-source"}  # an envelope the shortcut still checks
+    assert _answer(app, bad, b"{}", monkeypatch)[0] == 400
