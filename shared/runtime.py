@@ -72,8 +72,10 @@ class KubeContext(Context[S]):
 
 Handler = Callable[[intake.Incoming, Any], Outcome]
 # (ce-* headers, raw body, settings) -> False when the event cannot concern the function: it is
-# then answered as irrelevant without decoding its data (the hot path under a flood of updates).
-Prefilter = Callable[[Mapping[str, str], bytes, Any], bool]
+# then answered as irrelevant without decoding its data (the hot path under a flood of updates). A prefilter
+# may instead answer with the Outcome the handler would have come to (alert-forwarder's drop of a finding
+# below MIN_SEVERITY); anything but False or an Outcome means "decode it".
+Prefilter = Callable[[Mapping[str, str], bytes, Any], "bool | Outcome"]
 
 
 # The longest a logged text gets: an error message can quote what a sender sent, and a log line must stay
@@ -137,9 +139,10 @@ class FunctionApp:
         try:
             # get_data() caches: functions-framework reads the body again after every request.
             body = request.get_data()
-            if self.prefilter and not self.prefilter(wsgi.EnvironCe(environ), body, self.context.settings):
-                wsgi.check_binary_environ(environ)  # a valid envelope; the data is not even decoded
-                outcome = IRRELEVANT
+            ruled = self.prefilter(wsgi.EnvironCe(environ), body, self.context.settings) if self.prefilter else True
+            if ruled is False or ruled.__class__ is Outcome:
+                wsgi.check_binary_environ(environ)  # a valid envelope; the data is not decoded by the runtime
+                outcome = IRRELEVANT if ruled is False else ruled
             else:
                 event = intake.parse_environ(environ, body)
                 outcome = self.on_event(event, self.context)

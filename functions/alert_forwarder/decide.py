@@ -67,9 +67,19 @@ def kind_of(finding: Finding) -> Kind:
 
 
 def severity_of(finding: Finding, kind: Kind) -> str:
-    given = (finding.severity or "").strip().lower()
-    given = _SEVERITY_ALIASES.get(given, given)
-    return given if given in SEVERITIES else kind.severity
+    return given_severity(finding.severity) or kind.severity
+
+
+def given_severity(given: object) -> str | None:
+    """The severity a finding names, as one of SEVERITIES (its aliases mapped), or None for none it names."""
+    text = given.strip().lower() if isinstance(given, str) else ""
+    text = _SEVERITY_ALIASES.get(text, text)
+    return text if text in SEVERITIES else None
+
+
+def below_threshold(severity: str, settings: Settings) -> str:
+    """The reason of a drop whose findings are all below MIN_SEVERITY, the first of them `severity`."""
+    return f"severity {severity}, below MIN_SEVERITY={settings.min_severity}"
 
 
 # -- findings → alerts ----------------------------------------------------------------------------
@@ -158,7 +168,7 @@ def decide(event_type: str, found: list[Finding], settings: Settings, now: datet
     if not alerts and not below:
         return Verdict("drop", "the event carries no finding")
     if not alerts:
-        return Verdict("drop", f"severity {below[0]}, below MIN_SEVERITY={settings.min_severity}")
+        return Verdict("drop", below_threshold(below[0], settings))
     state = "resolved" if all(a.resolved for a in alerts) else "firing"
     listed = ", ".join(sorted({f"{a.labels['alertname']} {wording.identity(a.labels)}" for a in alerts}))
     dropped = f" ({len(below)} below MIN_SEVERITY)" if below else ""

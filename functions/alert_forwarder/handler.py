@@ -12,15 +12,19 @@ retries and, after its retries, dead-letters the finding, so none is lost silent
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+import orjson
+
 from functions.alert_forwarder import wording
-from functions.alert_forwarder.decide import Alert, decide, one_per_labels, refresh
-from functions.alert_forwarder.finding import findings, on_record
-from functions.alert_forwarder.settings import Settings, read_headers, read_token
+from functions.alert_forwarder.decide import Alert, below_threshold, decide, given_severity, one_per_labels, refresh
+from functions.alert_forwarder.finding import PREFIX, findings, on_record
+from functions.alert_forwarder.settings import FUNCTION, SEVERITIES, Settings, read_headers, read_token
 from functions.alert_forwarder.transport import ReceiverRefused
 from functions.alert_forwarder.transport import post as _post
 from shared.errors import TemporaryError, VmeventsError, longest_retry_after
 from shared.findings import RESOLVED, every_record
-from shared.intake import Incoming
+from shared.intake import MAX_SUBJECT, Incoming
 from shared.runtime import KubeContext, Outcome
 
 
@@ -33,6 +37,58 @@ def on_event(event: Incoming, ctx: KubeContext[Settings]) -> Outcome:
         return Outcome("drop", subject=event.subject, reason=verdict.reason)
     sent = deliver(verdict.alerts, event, ctx.settings)
     return Outcome("forward", effect="+".join(sent), subject=event.subject, reason=verdict.reason)
+
+
+def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) -> bool | Outcome:
+    """The prefilter: a finding below MIN_SEVERITY (most of what arrives is info) answered with the drop the
+    handler would come to, from its data decoded and nothing built from it (no event, no finding, no alert).
+    Only an event the handler would certainly drop, with this reason, is answered here: a binary-mode reply of
+    another function (application/json, specversion 1.0, id, source, a subject intake accepts) whose data is
+    one finding, or a summary of findings, each naming a severity (decide.given_severity) below MIN_SEVERITY.
+    Anything else, a finding without a severity (its category's default applies), a malformed or odd one
+    included, is decoded and handled the long way, which says what is wrong with it. The severity is read from
+    the data, never from a header: a header that said "info" would drop whatever the finding says it is."""
+    floor = SEVERITIES.index(settings.min_severity)
+    event_type = headers.get("ce-type")
+    if not floor or headers.get("Content-Type") != "application/json" or event_type is None \
+            or not event_type.startswith(PREFIX) or event_type.startswith(_OWN) \
+            or headers.get("ce-specversion") != "1.0" or not headers.get("ce-id") or not headers.get("ce-source"):
+        return True
+    subject = headers.get("ce-subject")
+    if subject is not None and (len(subject) > MAX_SUBJECT or not subject.isprintable()):
+        return True
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return True
+    if data.__class__ is not dict:
+        return True
+    items = data.get("findings")
+    if items is None:
+        items = (data,)
+    elif items.__class__ is not list or not items:
+        return True
+    first = ""
+    for item in items:
+        if item.__class__ is not dict:
+            return True
+        severity = given_severity(item.get("severity"))
+        if severity is None or SEVERITIES.index(severity) >= floor:
+            return True
+        identity = item.get("identity")
+        if identity.__class__ is dict:  # the handler makes labels of its values: a nested one is its to refuse
+            for value in identity.values():
+                if value.__class__ is dict or value.__class__ is list:
+                    return True
+        first = first or severity
+    drop = _DROPS.get((first, settings.min_severity))
+    if drop is None:  # one per severity and threshold: the log line takes the subject from the request
+        drop = _DROPS[first, settings.min_severity] = Outcome("drop", reason=below_threshold(first, settings))
+    return drop
+
+
+_OWN = f"{PREFIX}{FUNCTION}."  # alert-forwarder's own replies: decide drops them for another reason
+_DROPS: dict[tuple[str, str], Outcome] = {}
 
 
 def tick(ctx: KubeContext[Settings]) -> Outcome:

@@ -4,11 +4,11 @@ Settings (receivers, credentials files, MIN_SEVERITY) are read once, when the se
 setting stops the start with a message naming the variable. Its Kubernetes client only lists the
 finding Events on record, on a tick (handler.tick).
 """
-from functions.alert_forwarder.handler import on_event
+from functions.alert_forwarder.handler import on_event, worth_decoding
 from functions.alert_forwarder.settings import FUNCTION, load
 from shared.runtime import start
 
-app = start(FUNCTION, on_event, load)
+app = start(FUNCTION, on_event, load, prefilter=worth_decoding)
 
 
 def handle(request):

@@ -222,3 +222,109 @@ def test_in_a_pod_a_token_gone_after_the_start_is_a_503_on_the_first_request(in_
     with pytest.raises(Unavailable) as down:
         kube.get(VMI, "default", "vm1")
     assert "in-cluster Kubernetes configuration cannot be used" in str(down.value)
+
+
+# -- alert-forwarder's prefilter: a finding below MIN_SEVERITY answered with the handler's own drop ---------------
+def _finding(severity: object = "info", **changes: object) -> dict:
+    from simcluster.builders import findings as b
+
+    data = {**b.cleaned(), **changes}
+    if severity is not None:
+        data["severity"] = severity
+    else:
+        data.pop("severity")
+    return data
+
+
+_NESTED = "nested-990-deep"  # a value _json writes as a list nested 990 deep (json.dumps would recurse too deep)
+
+
+_FINDING = {"ce-specversion": "1.0", "ce-id": "f1", "ce-source": "/vmevents/vmi-cleanup",
+            "ce-type": "io.vmevents.vmi-cleanup.cleaned", "ce-subject": "/apis/kubevirt.io/v1/namespaces/default/x",
+            "Content-Type": "application/json"}
+
+
+def _json(value: object) -> bytes:
+    return json.dumps(value).encode().replace(f'"{_NESTED}"'.encode(), b"[" * 990 + b'"x"' + b"]" * 990)
+
+
+# (headers, body, MIN_SEVERITY, whether the prefilter answers it itself)
+_ALERT_CASES = [
+    (_FINDING, _json(_finding()), "warning", True),
+    (_FINDING, _json(_finding(" INFO ")), "warning", True),                    # as decide reads it
+    (_FINDING, _json(_finding("notice")), "warning", True),                    # an alias of info
+    (_FINDING, _json(_finding("warning")), "critical", True),
+    (_FINDING, _json({"summary": "s", "findings": [_finding(), _finding("informational")]}), "warning", True),
+    ({k: v for k, v in _FINDING.items() if k != "ce-subject"}, _json(_finding()), "warning", True),
+    # the header is never believed: a critical finding that says "info" outside its data is forwarded
+    ({**_FINDING, "ce-severity": "info"}, _json(_finding("critical")), "warning", False),
+    (_FINDING, _json(_finding("warning")), "warning", False),
+    (_FINDING, _json(_finding()), "info", False),
+    (_FINDING, _json(_finding(None)), "warning", False),                       # its category's default applies
+    (_FINDING, _json(_finding("bogus")), "warning", False),
+    (_FINDING, _json(_finding(5)), "warning", False),
+    (_FINDING, _json(_finding(["info"])), "warning", False),
+    (_FINDING, _json({"findings": [_finding(), _finding("critical")]}), "warning", False),
+    (_FINDING, _json({"findings": [_finding(), None]}), "warning", False),
+    (_FINDING, _json({"findings": []}), "warning", False),
+    (_FINDING, _json({"findings": "info"}), "warning", False),
+    (_FINDING, _json(_finding(identity={"vm": _NESTED})), "warning", False),  # the handler refuses it
+    (_FINDING, _json(_finding(identity={"vm": {"a": "b"}, "n": 1})), "warning", False),
+    (_FINDING, _json(_finding(identity="vm1")), "warning", True),
+    (_FINDING, _json([_finding()]), "warning", False),
+    (_FINDING, b'{"severity": "info"', "warning", False),
+    (_FINDING, b"", "warning", False),
+    (_FINDING, _json(_finding()) + b" trailing", "warning", False),
+    ({**_FINDING, "Content-Type": "text/plain"}, _json(_finding()), "warning", False),
+    ({**_FINDING, "Content-Type": "application/json; charset=utf-8"}, _json(_finding()), "warning", False),
+    ({**_FINDING, "ce-type": "io.vmevents.alert-forwarder.forwarded"}, _json(_finding()), "warning", False),
+    ({**_FINDING, "ce-type": "dev.knative.sources.ping"}, _json(_finding()), "warning", False),
+    ({**_FINDING, "ce-type": "com.example.finding"}, _json(_finding()), "warning", False),
+    ({**_FINDING, "ce-subject": "x" * 1025}, _json(_finding()), "warning", False),
+    ({**_FINDING, "ce-subject": "bad\tsubject"}, _json(_finding()), "warning", False),
+    ({**_FINDING, "ce-specversion": "0.3"}, _json(_finding()), "warning", False),
+    ({k: v for k, v in _FINDING.items() if k != "ce-specversion"}, _json(_finding()), "warning", False),
+    ({k: v for k, v in _FINDING.items() if k != "ce-id"}, _json(_finding()), "warning", False),
+    ({**_FINDING, "ce-source": ""}, _json(_finding()), "warning", False),
+    ({"Content-Type": "application/cloudevents+json"},
+     _json({"specversion": "1.0", "id": "1", "source": "s", "type": "io.vmevents.vmi-cleanup.cleaned",
+            "data": _finding()}), "warning", False),
+]
+
+
+def _answer(app, headers: dict, body: bytes, monkeypatch) -> tuple:
+    import flask
+
+    written: list[bytes] = []
+    monkeypatch.setattr(runtime, "_emit", written.append)
+    with flask.Flask(__name__).test_request_context("/", method="POST", headers=headers, data=body):
+        response = app(flask.request)
+    (line,) = written
+    logged = json.loads(line)
+    del logged["duration_ms"]
+    return response.status_code, response.get_data(), dict(response.headers), logged
+
+
+@pytest.mark.parametrize("headers, body, floor, shortcut", _ALERT_CASES)
+def test_alert_forwarders_prefilter_answers_what_its_handler_answers(monkeypatch, headers, body, floor, shortcut):
+    from functions.alert_forwarder.handler import on_event, worth_decoding
+    from functions.alert_forwarder.settings import load
+
+    settings = load({"MIN_SEVERITY": floor})  # no receiver: nothing is posted, whatever the verdict
+    fast = runtime.FunctionApp("alert-forwarder", on_event, settings, None, prefilter=worth_decoding)
+    slow = runtime.FunctionApp("alert-forwarder", on_event, settings, None)
+    assert _answer(fast, headers, body, monkeypatch) == _answer(slow, headers, body, monkeypatch)
+    ruled = worth_decoding(wsgi.EnvironCe(environ(headers)), body, settings)
+    assert (ruled is not True) == shortcut and ruled is not False  # it answers with an Outcome, or decodes
+
+
+@pytest.mark.parametrize("ruled, verdict", [
+    (False, "irrelevant"), (runtime.Outcome("drop", reason="r"), "drop"),
+    (True, "decoded"), (None, "decoded"), (0, "decoded"), ("", "decoded"),  # only False or an Outcome skip decoding
+])
+def test_a_prefilter_answers_with_false_or_an_outcome_and_anything_else_is_decoded(monkeypatch, ruled, verdict):
+    app = runtime.FunctionApp("f", lambda *_: runtime.Outcome("decoded"), None, None, prefilter=lambda *_: ruled)
+    status, _body, _headers, logged = _answer(app, GOOD, b"{}", monkeypatch)
+    assert (status, logged["verdict"]) == (204, verdict)
+    bad = {k: v for k, v in GOOD.items() if k != "ce-source"}  # an envelope the shortcut still checks
+    assert _answer(app, bad, b"{}", monkeypatch)[0] == 400
