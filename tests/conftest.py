@@ -77,8 +77,8 @@ def _source(path: str) -> str:
 
 def components_for(item) -> tuple:
     """What of controlplane/build.py an item that needs binaries needs, as its id and its module's source tell:
-    kube, etcd and Knative's ApiServerSource adapter always; the virt-controller of each KubeVirt version named
-    (the default world's, 1.3.1 → v1.3.0, when none is); Knative Serving's webhook where Knative's broker runs; helm
+    kube, etcd and Knative's ApiServerSource adapter always; the default world's virt-controller (1.3.1 → v1.3.0)
+    and that of each KubeVirt version named; Knative Serving's webhook where Knative's broker runs; helm
     where its module builds it; everything where it asks for everything. It errs towards more: a binary it needs and
     was not waited for is waited for inside the test, under the test's timeout."""
     from controlplane import build, kubevirt
@@ -88,8 +88,8 @@ def components_for(item) -> tuple:
                                 and not _HELM.search(text)):
         return build.ALL
     needed = [build.KUBE, build.ETCD, build.KNATIVE]
-    for version in sorted(set(_KUBEVIRT_VERSION.findall(item.nodeid)) | set(_KUBEVIRT_VERSION.findall(text))
-                          or {"1.3.1"}):
+    # The default world's version always: a module may name only versions no virt-controller stands for.
+    for version in sorted({"1.3.1", *_KUBEVIRT_VERSION.findall(item.nodeid), *_KUBEVIRT_VERSION.findall(text)}):
         try:
             needed.append(build.KUBEVIRT[kubevirt.controller_version(version)])
         except kubevirt.VirtControllerError:  # a version no virt-controller is built for (Kubernetes' own, say)

@@ -26,12 +26,13 @@ def test_a_real_row_with_no_version_waits_for_the_default_worlds_virt_controller
 
 def test_each_kubevirt_version_named_in_the_id_or_the_module(tmp_path):
     item = _item(tmp_path, "VERSIONS = ('1.1.1',)\n", "test_x[kubevirt-1.8.3-real]")
-    assert set(components_for(item)) == {*BASE, build.KUBEVIRT["v1.8.3"], build.KUBEVIRT["v1.1.1"]}
+    assert set(components_for(item)) == {*BASE, build.KUBEVIRT["v1.3.0"], build.KUBEVIRT["v1.8.3"],
+                                         build.KUBEVIRT["v1.1.1"]}
 
 
 def test_a_version_no_virt_controller_stands_for_is_not_a_build(tmp_path):
     item = _item(tmp_path, "# kube-apiserver 1.33.13, a KubeVirt <= 1.5.0 bug\n", "test_x[real]")
-    assert components_for(item) == (*BASE,)
+    assert components_for(item) == (*BASE, build.KUBEVIRT["v1.3.0"])  # the default world's, as always
 
 
 @pytest.mark.parametrize("source", ["from tests.delivery import trigger\n", "from bench.broker import local\n"])
