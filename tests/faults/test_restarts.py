@@ -29,6 +29,11 @@ from tests.functions.vmi_cleanup.test_e2e import FUNCTION_SA
 from tests.functions.vmi_cleanup.test_e2e import World as CleanupWorld
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real,
+              # An outage can leave a test-side TLS connection (the fault proxy's, the node stand-in's, a client's)
+              # to be closed by the garbage collector, whose warning would land in whichever test runs then. What
+              # these tests assert is the functions' behaviour, in processes of their own; the leak is listed to fix.
+              pytest.mark.filterwarnings(
+                  "ignore:Exception ignored in. <ssl.SSLSocket:pytest.PytestUnraisableExceptionWarning"),
               pytest.mark.skipif(backends.real_missing() is not None and not backends.in_ci(),
                                  reason=f"real control plane: {backends.real_missing()}")]
 CONVERGE_BOUND = 60.0   # seconds from recovery until every episode is handled

@@ -210,7 +210,8 @@ def test_longhorn_unreadable_is_unknown_storage_and_still_reported(world):
     try:
         flap(world, name, pauses=1)
         world.kubevirt.stop_io_errors("default", name)
-        report = eventually(lambda: world.findings("detected", name), what="detected")[0]
+        # every read of the volume answered 503: the function's own retries come first (a loaded machine: 45 s)
+        report = eventually(lambda: world.findings("detected", name), timeout=45, what="detected")[0]
     finally:
         world.cluster.faults.clear()
     assert report["category"] == "unknown-storage" and "could not be read" in report["volumes"][0]["unknown"]
