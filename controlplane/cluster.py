@@ -61,6 +61,9 @@ def kubectl(*args: str, kubeconfig: Path, stdin: str | None = None, check: bool 
     return result.stdout
 
 
+STATUS_ATTEMPTS = 5
+
+
 class RealCluster:
     """The SimCluster interface (create/get/list/patch/update/delete, kubeconfig, api_client, requests) over
     HTTPS to a real kube-apiserver, as the cluster admin; the functions use their ServiceAccounts."""
@@ -396,9 +399,15 @@ class RealCluster:
             obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "resourceVersion"}}
         created = self._request("POST", self._path(obj["apiVersion"], obj["kind"], meta.get("namespace")), obj)
         if obj.get("status") and rt.status_subresource:
-            created = self._request("PUT", self._path(obj["apiVersion"], obj["kind"], meta.get("namespace"),
-                                                      created["metadata"]["name"]) + "/status",
-                                    {**created, "status": obj["status"]})
+            path = self._path(obj["apiVersion"], obj["kind"], meta.get("namespace"), created["metadata"]["name"])
+            for _ in range(STATUS_ATTEMPTS):
+                # A controller may write the new object's status first (the resourcequota controller, a quota's
+                # `used`): a Conflict, then the PUT again on what it wrote.
+                written = self._request("PUT", path + "/status", {**created, "status": obj["status"]}, allow=(409,))
+                if written is not None:
+                    return written
+                created = self._request("GET", path)
+            raise RealClusterError(f"PUT {path}/status: kept conflicting with another writer")
         return created
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict | None:
