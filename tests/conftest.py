@@ -71,8 +71,12 @@ _HELM = re.compile(r"build\.HELM|tests\.deploy\.test_chart import")  # helm, or 
 
 
 @functools.cache
-def _source(path: str) -> str:
-    return Path(path).read_text(errors="replace")
+def _module_needs(path: str) -> tuple[bool, bool, frozenset[str], bool, bool]:
+    """What a module's source says of the binaries its tests need, read once per module: whether it asks for every
+    build, whether it asks for any itself, the KubeVirt versions it names, Knative's broker, helm."""
+    text = Path(path).read_text(errors="replace")
+    return ("ensure_all" in text, "build.ensure(" in text, frozenset(_KUBEVIRT_VERSION.findall(text)),
+            bool(_KNATIVE_BROKER.search(text)), bool(_HELM.search(text)))
 
 
 def components_for(item) -> tuple:
@@ -83,20 +87,19 @@ def components_for(item) -> tuple:
     was not waited for is waited for inside the test, under the test's timeout."""
     from controlplane import build, kubevirt
 
-    text = _source(str(item.path))
-    if "ensure_all" in text or (item.get_closest_marker("real") is None and "build.ensure(" not in text
-                                and not _HELM.search(text)):
+    everything, ensures, versions, broker, helm = _module_needs(str(item.path))
+    if everything or (item.get_closest_marker("real") is None and not ensures and not helm):
         return build.ALL
     needed = [build.KUBE, build.ETCD, build.KNATIVE]
     # The default world's version always: a module may name only versions no virt-controller stands for.
-    for version in sorted({"1.3.1", *_KUBEVIRT_VERSION.findall(item.nodeid), *_KUBEVIRT_VERSION.findall(text)}):
+    for version in sorted({"1.3.1", *_KUBEVIRT_VERSION.findall(item.nodeid), *versions}):
         try:
             needed.append(build.KUBEVIRT[kubevirt.controller_version(version)])
         except kubevirt.VirtControllerError:  # a version no virt-controller is built for (Kubernetes' own, say)
             continue
-    if _KNATIVE_BROKER.search(text):
+    if broker:
         needed.append(build.SERVING)
-    if _HELM.search(text):
+    if helm:
         needed.append(build.HELM)
     return tuple(dict.fromkeys(needed))
 
