@@ -120,6 +120,23 @@ class World:
         except AssertionError as exc:
             raise AssertionError(f"{exc}; {self.kubevirt_state(name, namespace)}") from None
 
+    def announced_vmi(self, name, phase, namespace="default", timeout=15.0):
+        """The VMI as the ApiServerSource announced it in `phase`, from what the broker received. A phase the
+        function ends at once (vmi-cleanup's Succeeded at CLEANUP_AFTER=0s) can be over before a poll sees it;
+        the source's event cannot be missed."""
+        def seen():
+            for event in list(self.knative.broker.received):
+                if event.get("kind") == "VirtualMachineInstance" and event.get("name") == name \
+                        and event.get("namespace") == namespace:
+                    obj = data_of(event)
+                    if isinstance(obj, dict) and (obj.get("status") or {}).get("phase") == phase:
+                        return obj
+            return None
+        try:
+            return eventually(seen, timeout=timeout, what=f"the source's event of VMI {name} in phase {phase}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; {self.kubevirt_state(name, namespace)}") from None
+
     def kubevirt_state(self, name, namespace="default") -> str:
         vm = self.cluster.get("kubevirt.io/v1", "VirtualMachine", namespace, name)
         vmi = self.vmi(name, namespace)
