@@ -16,7 +16,9 @@ episode is handled, no VM starts again, and none is announced twice.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
+import json
 import time
 import uuid
 from types import SimpleNamespace
@@ -116,6 +118,33 @@ def _notices(s, name) -> set[str]:
     return found
 
 
+def _dead_lettered(s, name) -> list[dict]:
+    """What vmevents-dead-letter logged about VM `name`'s VMI or launcher pod: an event no retry delivered. Knative
+    dead-letters the event a subscriber was given when the subscriber's reply cannot be forwarded into the broker
+    (knative.dev/eventing pkg/kncloudevents/event_dispatcher.go `send`), so a lost notice shows up here."""
+    found = []
+    for server in s.servers:
+        for line in list(server.lines):
+            if '"undelivered"' in line and (f"/virtualmachineinstances/{name}" in line
+                                            or f"virt-launcher-{name}-" in line):
+                try:
+                    found.append(json.loads(line))
+                except ValueError:
+                    found.append({"line": line})
+    return found
+
+
+def _source_gave_up(s, name) -> int:
+    """The events about VM `name` (its VMI, its launcher pod, the VM) that an ApiServerSource adapter gave up on
+    after its retries (it logs "failed to send cloudevent" with the subject: pkg/adapter/apiserver/delegate.go)."""
+    count = 0
+    for log in (s.knative.kubelet.workdir / "pods").glob("apiserversource-*.log"):
+        for line in log.read_text(errors="replace").splitlines():
+            if "failed to send cloudevent" in line and (f"/{name}\"" in line or f"virt-launcher-{name}-" in line):
+                count += 1
+    return count
+
+
 def _cleaned(s, name) -> None:
     eventually(lambda: _vmi(s, name) is None, timeout=90, what=f"VMI {name} deleted by vmi-cleanup")
     eventually(lambda: _notices(s, name), timeout=60, what=f"the .cleaned reply about {name} through the broker")
@@ -136,7 +165,8 @@ def _stays_stopped(s, *names: str, notices: tuple[int, ...] = (1,)) -> None:
         assert _vmi(s, name) is None, f"VM {name} was started again"
         vm = s.cluster.get("kubevirt.io/v1", "VirtualMachine", "default", name)
         assert vm["spec"]["runStrategy"] == "Manual" and vm["status"].get("printableStatus") == "Stopped", vm["status"]
-        assert len(_notices(s, name)) in notices, f"{name}: {len(_notices(s, name))} notices"
+        assert len(_notices(s, name)) in notices, \
+            f"{name}: {len(_notices(s, name))} notices; dead-lettered {_dead_lettered(s, name)}; {_story_of(s, name)}"
 
 
 def test_a_guest_power_off_is_cleaned_up_through_knatives_broker_and_the_vm_stays_stopped(story):
@@ -149,24 +179,37 @@ def test_a_guest_power_off_is_cleaned_up_through_knatives_broker_and_the_vm_stay
     _stays_stopped(s, name)
 
 
-def test_each_part_of_the_data_plane_killed_mid_story_loses_no_episode(story):
-    """Each part SIGKILLed the moment a guest has powered off, while the events of it are on their way: what the
-    kill loses, the PingSource's next re-scan (every minute, deploy/) catches, and no VM is started again. The
-    notice is announced at most once: with the ingress killed it was lost in some runs with its reply
-    (docs/vmi-cleanup.md), and the `[faults]` line counts what arrived."""
+# How many notices each kill can leave (docs/vmi-cleanup.md, "Knative's broker restarted"). The in-memory channel
+# fans out synchronously (knative.dev/eventing pkg/channel/fanout/fanout_event_handler.go, the default since
+# knative/eventing#8311): the source's POST to the ingress is held open through the dispatcher and the filter to the
+# function and back. Killing the ingress or the dispatcher cuts that chain, the function's reply with it, and the
+# source retries 5 times from 50 ms, about 1.5 s in all (pkg/adapter/apiserver/events/events.go): a retry that
+# reaches the function again is answered with the same notice (functions/vmi_cleanup/handler.py `_gone`), one that
+# does not leaves the cleanup with its Kubernetes Event and no notice. The filter's death is retried by the
+# dispatcher under the Trigger's delivery (deploy/base/vmi-cleanup.yaml: 6 retries, up to a minute), well past
+# the filter's restart, so the notice arrives.
+NOTICES = {"mt-broker-ingress": (0, 1), "imc-dispatcher": (0, 1), "mt-broker-filter": (1,)}
+
+
+@pytest.mark.parametrize("key", DATA_PLANE, ids=lambda key: key.split("/")[1])
+def test_each_part_of_the_data_plane_killed_mid_story_loses_no_episode(story, key):
+    """One part SIGKILLed the moment a guest has powered off, while the events of it are on their way: what the
+    kill loses, the PingSource's next re-scan (every minute, deploy/) catches, the VMI is cleaned, no VM is started
+    again, and the episode is announced at most once (exactly once where the broker retries past the restart:
+    NOTICES). Each row waits until its episode is over, so no kill lands in another's retries."""
     s = story
-    outcomes = []
-    for key in DATA_PLANE:
-        name = _vm(s)
-        _running(s, name)
-        s.node.guest_power_off("default", name)
-        started = time.monotonic()
-        took = s.knative.kubelet.kill(key)
-        eventually(lambda n=name: _vmi(s, n) is None, timeout=150, what=f"VMI {name} deleted by vmi-cleanup")
-        outcomes.append((key.split("/")[1], took, time.monotonic() - started, name))
-    time.sleep(10)  # the replies' retries
-    print("\n[faults] Knative's data plane, each part SIGKILLed right after a guest power-off: " + "; ".join(
-        f"{pod} started again in {restart:.1f} s, the VMI cleaned {cleaned:.1f} s after the kill, "
-        f"{len(_notices(s, name))} notice(s)" for pod, restart, cleaned, name in outcomes)
-        + f"; episodes {len(outcomes)}, none lost")
-    _stays_stopped(s, *(name for *_, name in outcomes), notices=(0, 1))
+    name = _vm(s)
+    _running(s, name)
+    s.node.guest_power_off("default", name)
+    started = time.monotonic()
+    took = s.knative.kubelet.kill(key)
+    eventually(lambda: _vmi(s, name) is None, timeout=150, what=f"VMI {name} deleted by vmi-cleanup")
+    cleaned = time.monotonic() - started
+    with contextlib.suppress(AssertionError):  # the replies' retries; a cut chain may leave none (NOTICES)
+        eventually(lambda: _notices(s, name), timeout=70)
+    gave_up = _source_gave_up(s, name)
+    print(f"\n[faults] Knative's {key.split('/')[1]} SIGKILLed right after a guest power-off: started again in "
+          f"{took:.1f} s, the VMI cleaned {cleaned:.1f} s after the kill, {len(_notices(s, name))} notice(s), "
+          f"{len(_dead_lettered(s, name))} dead-lettered, {gave_up} event(s) about it the source gave up on; "
+          f"episode not lost")
+    _stays_stopped(s, name, notices=NOTICES[key.split("/")[1]])
