@@ -32,8 +32,10 @@ from simcluster.store import RESOURCES, type_for_kind
 
 SA_PREFIX = "system:serviceaccount:"
 # Namespaces a fresh control plane has, kept across worlds ("default" and "vmevents" are emptied, the
-# vmevents install in them re-applied; "kubevirt" too).
-SYSTEM_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease", "vmevents", "kubevirt"}
+# vmevents install in them re-applied; "kubevirt" too), and Knative's, where Knative runs on the plane
+# (controlplane/knative.py): its install outlives the worlds that deliver through it.
+SYSTEM_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease", "vmevents", "kubevirt",
+                     "knative-eventing", "knative-serving"}
 # Kinds of simcluster.store.RESOURCES a reset keeps (the rest are what tests and functions create). Nodes go: each
 # world's node stand-in registers its own, and a scheduler stand-in places on every Node object it finds, so an
 # earlier world's Nodes (other capacities, devices, cordons) would decide where this world's VMs land.

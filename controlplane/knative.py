@@ -52,6 +52,10 @@ SKIPPED = {"999-cache.yaml", "300-knativecertificate.yaml"}
 # The webhooks' Services (namespace, name), made ExternalName Services on a loopback address (see above).
 WEBHOOK_SERVICES = {("knative-eventing", "eventing-webhook"), ("knative-eventing", "inmemorychannel-webhook"),
                     ("knative-serving", "webhook")}
+# deploy/'s Knative objects, applied again once Knative runs (`apply_through_webhooks`).
+DEPLOY_KNATIVE_KINDS = (("serving.knative.dev/v1", "Service"), ("eventing.knative.dev/v1", "Trigger"),
+                        ("eventing.knative.dev/v1", "Broker"), ("sources.knative.dev/v1", "ApiServerSource"),
+                        ("sources.knative.dev/v1", "PingSource"))
 WEBHOOK_CONFIGURATIONS = ("validation.webhook.eventing.knative.dev", "webhook.eventing.knative.dev",
                           "validation.webhook.serving.knative.dev", "webhook.serving.knative.dev")
 
@@ -171,6 +175,18 @@ class Knative:
             raise
         self.ready_after = time.monotonic() - started
         return self
+
+    def apply_through_webhooks(self, cluster, namespace: str = "vmevents") -> None:
+        """deploy/ applied again, now through Knative's webhooks (a RealCluster applied it before Knative ran): its
+        Knative objects are deleted (Knative's finalizers first) and made anew, so what the webhooks default is
+        what runs, as on a cluster where Knative was installed first."""
+        for api_version, kind in DEPLOY_KNATIVE_KINDS:
+            for obj in self.api.list(api_version, kind, namespace):
+                self.api.delete(api_version, kind, namespace, obj["metadata"]["name"])
+            deadline = time.monotonic() + 60
+            while self.api.list(api_version, kind, namespace) and time.monotonic() < deadline:
+                time.sleep(0.2)
+        cluster.apply_deploy()
 
     def _apply(self, documents: list[dict]) -> None:
         if documents:

@@ -34,7 +34,6 @@ What the runtime adds, and what each part decides (nothing about delivery):
 from __future__ import annotations
 
 import http.client
-import json
 import re
 import threading
 import time
@@ -43,10 +42,9 @@ from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from cloudevents.conversion import to_binary
 from cloudevents.http import CloudEvent, from_http
 
-from localknative.broker import Delivery, parse_duration
+from localknative.broker import Delivery, binary_request, parse_duration
 from localknative.runtime import of_kind
 from localknative.serving import FunctionServer, service_account
 from localknative.sources import make_ping_event
@@ -153,10 +151,16 @@ class KnativeRuntime:
 
     def __init__(self, knative, manifests: list[Mapping[str, Any]], kubeconfig_for: Callable[[str], Any],
                  env_overrides: Mapping[str, Mapping[str, str]] | None = None, time_scale: float = 1.0,
-                 function_server: Callable[..., FunctionServer] = FunctionServer, namespace: str = "vmevents"):
+                 function_server: Callable[..., FunctionServer] = FunctionServer, namespace: str = "vmevents",
+                 ping_interval: float | None = None, on_delivery: Callable[[Delivery], None] | None = None,
+                 on_log: Callable[[str, str], None] | None = None):
+        """ping_interval: tick every so many seconds (`make run`'s stories), as LocalKnative's PingSource does;
+        on_delivery and on_log: as LocalKnative's (localknative.timeline prints them)."""
         self.knative, self.manifests, self.kubeconfig_for = knative, manifests, kubeconfig_for
         self.env_overrides = dict(env_overrides or {})
         self.time_scale, self.function_server, self.namespace = time_scale, function_server, namespace
+        self.ping_interval, self.on_delivery, self.on_log = ping_interval, on_delivery, on_log
+        self._stopping = threading.Event()
         self.functions: dict[str, FunctionServer] = {}
         self.sources: dict[str, Any] = {}  # Knative's controller runs the adapters (knative.kubelet.pods)
         self.pings: dict[str, _Ping] = {}
@@ -202,8 +206,9 @@ class KnativeRuntime:
         api, ns = self.knative.api, self.namespace
         for svc in of_kind(self.manifests, "serving.knative.dev", "Service"):
             name = svc["metadata"]["name"]
+            on_log = (lambda line, _n=name: self.on_log(_n, line)) if self.on_log else None
             server = self.function_server(svc, kubeconfig=self.kubeconfig_for(f"{ns}/{service_account(svc)}"),
-                                          env_overrides=self.env_overrides.get(name))
+                                          env_overrides=self.env_overrides.get(name), on_log=on_log)
             self.functions[name] = server
             server.start()
             front = self._fronts[name] = _Server(self, self._forwarder(name, server))
@@ -230,6 +235,16 @@ class KnativeRuntime:
         for manifest in of_kind(self.manifests, "sources.knative.dev", "PingSource"):
             self.pings[manifest["metadata"]["name"]] = _Ping(self, manifest)
         self._wait_listening(timeout)
+        if self.ping_interval is not None:
+            threading.Thread(target=self._ticking, name="ticks", daemon=True).start()
+
+    def _ticking(self) -> None:
+        while not self._stopping.wait(self.ping_interval):
+            for ping in list(self.pings.values()):
+                try:
+                    ping.tick()
+                except OSError:  # the ingress restarting: the next tick comes
+                    pass
 
     def _scale_deliveries(self) -> None:
         """Each of deploy/'s Triggers with its delivery's backoffDelay multiplied by time_scale (the Broker's
@@ -289,6 +304,7 @@ class KnativeRuntime:
         raise RuntimeError(f"no event reached the tap through Knative's broker within {timeout:.0f}s")
 
     def stop(self) -> None:
+        self._stopping.set()
         # Knative's objects stay (the next world applies deploy/ again); their addresses now lead nowhere, so
         # what the adapters send meanwhile fails fast instead of reaching another world's servers.
         for name in [*self._fronts, *([TAP] if self._tap else [])]:
@@ -319,12 +335,14 @@ class KnativeRuntime:
     # -- what the broker did -----------------------------------------------------------------------------
 
     def publish(self, event: CloudEvent) -> None:
-        """POST the event to the broker's ingress in binary mode, as a source does."""
-        headers, body = to_binary(event)
+        """POST the event to the broker's ingress in binary mode, as a source does (JSON data says so in its
+        datacontenttype, as the ApiServerSource's and the PingSource's events do)."""
+        if event.get("datacontenttype") is None and isinstance(event.data, (dict, list)):
+            event["datacontenttype"] = "application/json"
+        headers, body = binary_request(event)
         with self._cond:
             self._expected.add(event["id"])
-        request = urllib.request.Request(self.ingress, data=body if isinstance(body, bytes) else
-                                         json.dumps(body).encode(), headers=headers, method="POST")
+        request = urllib.request.Request(self.ingress, data=body, headers=headers, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=30) as answer:
                 answer.read()
@@ -405,17 +423,23 @@ class KnativeRuntime:
                 self._trigger_of.get(service, service)
             attempt = 1 + sum(1 for d in self.broker.deliveries if d.event_id == event_id and d.trigger == trigger
                               and d.dead_lettered == dead_letter)
-            self.broker.deliveries.append(Delivery(
+            record = Delivery(
                 event_id=event_id, type=headers.get("ce-type", ""), subject=headers.get("ce-subject"),
                 trigger=trigger, attempt=attempt, status=status, error=error,
                 reply_id=answer.get("ce-id"), reply_type=answer.get("ce-type"), dead_lettered=dead_letter,
-                target=f"http://{service}.{self.namespace}.svc.cluster.local", retry_after=answer.get("retry-after")))
+                target=f"http://{service}.{self.namespace}.svc.cluster.local", retry_after=answer.get("retry-after"))
+            self.broker.deliveries.append(record)
             if dead_letter or error is None:
                 self._failing.discard((trigger, event_id))
             else:
                 self._failing.add((trigger, event_id))
             self._last = time.monotonic()
             self._cond.notify_all()
+        if self.on_delivery:
+            try:
+                self.on_delivery(record)
+            except Exception:  # noqa: BLE001 - a timeline printer must not break delivery
+                pass
 
     def _trigger_for_dead_letter(self, headers: dict[str, str], event_id: str) -> str:
         """The Trigger whose delivery gave this event up: the filter's address in `knativeerrordest`

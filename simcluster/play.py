@@ -68,6 +68,12 @@ def stage(title: str, *, kubevirt_version: str = "1.3.1", env_overrides: dict | 
     kubevirt = KubeVirtSim(cluster, step_delay=0.05, volumes=volumes, **({"nodes": nodes} if nodes else {})).start()
     knative = None
     try:
+        data_plane = getattr(BACKEND, "data_plane", None)  # controlplane.play: Knative's own broker
+        if data_plane is not None:
+            knative = data_plane(cluster, env_overrides=env_overrides or {}, ping_interval=ping_interval,
+                                 on_delivery=timeline.on_delivery, on_log=timeline.on_log)
+            yield Stage(cluster, kubevirt, knative, timeline)
+            return
         knative = LocalKnative(load_manifests(DEPLOY_DIR),
                                kubeconfig_for=lambda sa: cluster.kubeconfig(service_account=sa),
                                api_client_for=lambda sa: cluster.api_client(service_account=sa),

@@ -59,13 +59,18 @@ def control_plane():
     return _plane
 
 
-def cluster(backend: str, kubevirt_version: str, virt_controller: bool = True):
+def cluster(backend: str, kubevirt_version: str, virt_controller: bool = True, knative: bool = False):
     """A started cluster of the given backend: SimCluster, or RealCluster on the session's control plane
-    (with KubeVirt's virt-controller of that version unless `virt_controller` is False: API-level tests)."""
+    (with KubeVirt's virt-controller of that version unless `virt_controller` is False: API-level tests). knative:
+    on the control plane where Knative runs instead (tests/delivery.py `session_knative`; its reset spares Knative)."""
     if backend == SIM:
         from simcluster.apiserver import SimCluster
 
         return SimCluster(kubevirt_version=kubevirt_version).start()
     from controlplane.cluster import RealCluster
 
+    if knative:
+        from tests.delivery import session_knative
+
+        return RealCluster(session_knative()[0], kubevirt_version, virt_controller=virt_controller).start()
     return RealCluster(control_plane(), kubevirt_version, virt_controller=virt_controller).start()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import itertools
 import json
+import os
 import threading
 import time
 import urllib.request
@@ -22,9 +23,6 @@ from typing import Any
 from localknative.broker import Broker
 
 _names = itertools.count(1)
-DEPLOY_KNATIVE_KINDS = (("serving.knative.dev/v1", "Service"), ("eventing.knative.dev/v1", "Trigger"),
-                        ("eventing.knative.dev/v1", "Broker"), ("sources.knative.dev/v1", "ApiServerSource"),
-                        ("sources.knative.dev/v1", "PingSource"))
 
 
 class Recorder:
@@ -161,19 +159,12 @@ def session_knative():
         from controlplane.knative import Knative
         from controlplane.server import ControlPlane
 
-        plane = ControlPlane(die_with_parent=True).start()
+        plane = ControlPlane(event_ttl=os.environ.get("VMEVENTS_EVENT_TTL", "1h"), die_with_parent=True).start()
         atexit.register(plane.remove)
         cluster = RealCluster(plane, "1.3.1").start()  # its reset would remove knative-eventing: first
         knative = Knative(plane, die_with_parent=True).start()
         atexit.register(knative.stop)
-        # deploy/ again, now through Knative's webhooks: what they default is what runs
-        for api_version, kind in DEPLOY_KNATIVE_KINDS:
-            for obj in knative.api.list(api_version, kind, "vmevents"):
-                knative.api.delete(api_version, kind, "vmevents", obj["metadata"]["name"])
-            deadline = time.monotonic() + 60
-            while knative.api.list(api_version, kind, "vmevents") and time.monotonic() < deadline:
-                time.sleep(0.2)  # Knative's finalizers first
-        cluster.apply_deploy()
+        knative.apply_through_webhooks(cluster)
         _session = (plane, cluster, knative)
     return _session
 

@@ -56,12 +56,18 @@ def data_of(event: CloudEvent) -> Any:
 
 class World:
     """SimCluster, KubeVirtSim (unless `kubevirt` is None: options for it otherwise) and LocalKnative,
-    started in that order and stopped in the reverse one. Use it as a context manager."""
+    started in that order and stopped in the reverse one. Use it as a context manager.
+
+    A world whose class sets `through_knative` (every function's e2e suite) runs on the real backend through
+    Knative's own data plane instead of LocalKnative (controlplane/knative_runtime.py): on the control plane where
+    Knative runs, its ApiServerSource adapters send the events, its broker delivers them to the functions by
+    deploy/'s Triggers and publishes their replies."""
 
     function_sa = ""  # "namespace/name" of the function's ServiceAccount, for function_requests()
     # What runs each Knative Service (LocalKnative's function_server): None, a process from the work tree;
     # tests/deploy/test_image.py sets image.run.factory(...) to run every function from the image.
     function_server = None
+    through_knative = False
 
     def __init__(self, kubevirt_version: str = "1.3.1", *, backend: str = backends.SIM,
                  kubevirt: Mapping[str, Any] | None = None,
@@ -71,10 +77,15 @@ class World:
         real backend, where it can run). cluster: a started cluster of that backend to use (and stop) instead
         of the session's, e.g. a RealCluster on a control plane with its own --event-ttl."""
         self.backend = backend
-        self.cluster = cluster if cluster is not None else backends.cluster(backend, kubevirt_version)
+        self.knative_broker = backend == backends.REAL and self.through_knative
+        self.cluster = cluster if cluster is not None else backends.cluster(backend, kubevirt_version,
+                                                                            knative=self.knative_broker)
         self.kubevirt = self.knative = None
         try:
             self.kubevirt = None if kubevirt is None else KubeVirtSim(self.cluster, **kubevirt).start()
+            if self.knative_broker:
+                self.knative = self._knative_runtime(env_overrides, time_scale)
+                return
             use_knative = backend == backends.REAL if knative_source is None else knative_source
             adapter = build.ensure(build.KNATIVE) / "apiserver_receive_adapter" if use_knative else None
             self.knative = LocalKnative(
@@ -92,6 +103,16 @@ class World:
         except BaseException:
             self.stop()
             raise
+
+    def _knative_runtime(self, env_overrides, time_scale):
+        from controlplane.knative_runtime import KnativeRuntime
+        from tests.delivery import session_knative
+
+        return KnativeRuntime(
+            session_knative()[2], load_manifests(DEPLOY_DIR),
+            kubeconfig_for=lambda sa: self.cluster.kubeconfig(service_account=sa), env_overrides=env_overrides,
+            time_scale=time_scale, **({"function_server": self.function_server} if self.function_server else {}),
+        ).start()
 
     def _source_listed(self, manifest) -> bool:
         return self.cluster.listed_by(_source_account(manifest), manifest)

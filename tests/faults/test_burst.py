@@ -39,6 +39,7 @@ _names = itertools.count(1)
 
 class World(CleanupWorld):
     settle = e2e.World.settle
+    through_knative = False  # the session's plane, LocalKnative's broker: the stored VMIs are the load here
 
     def __init__(self):
         # VMIs written as stored objects (no VM, no launcher pod): no KubeVirt may act on them, the real

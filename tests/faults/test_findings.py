@@ -33,9 +33,15 @@ pytestmark = [pytest.mark.e2e, pytest.mark.real,
                                  reason=f"real control plane: {backends.real_missing()}")]
 
 
+class World(StuckWorld):
+    # the outages stop the session plane's kube-apiserver and etcd; LocalKnative's broker with Knative's adapter
+    # (Knative's own data plane restarted mid-story: tests/controlplane/test_knative_story.py)
+    through_knative = False
+
+
 @pytest.fixture(scope="module")
 def world():
-    with StuckWorld("1.3.1", backends.REAL) as w:
+    with World("1.3.1", backends.REAL) as w:
         yield w
 
 

@@ -41,12 +41,18 @@ CLIENT_READ_TIMEOUT = 10.0  # shared.kube.REQUEST_TIMEOUT's read timeout
 _stories = itertools.count(1)
 
 
+class World(CleanupWorld):
+    # the outages stop the session plane's kube-apiserver and etcd, and the kills are of the functions and the
+    # adapters LocalKnative runs; Knative's own data plane killed mid-story: tests/controlplane/test_knative_story.py
+    through_knative = False
+
+
 @pytest.fixture(scope="module")
 def world():
     # KubeVirt's own virt-controller decides what becomes of each VM through every outage. It exits when it cannot
     # renew its leader lease within 10 s (an etcd outage of 15 s does that) and is restarted as the kubelet would,
     # 10 s later (controlplane/kubevirt.py): the scenarios show that no VM is started again across that restart.
-    with CleanupWorld("1.3.1", backends.REAL) as w:
+    with World("1.3.1", backends.REAL) as w:
         yield w
 
 

@@ -44,6 +44,7 @@ def alertmanager_binary() -> str:
 
 
 class World(e2e.World):
+    through_knative = True  # the real rows: Knative's broker delivers (tests/e2e.py World)
     def __init__(self, binary: str, version: str, backend: str):
         self.notifications = Receiver().start()   # Alertmanager's own webhook receiver
         self.hook = Receiver().start()            # alert-forwarder's WEBHOOK_URL

@@ -11,11 +11,15 @@ from simcluster.builders.devices import SEED_NODE, host_device, seed_vm1
 from simcluster.play import virtctl_start
 from tests import e2e
 from tests.e2e import eventually
-from tests.functions.device_conflict.test_e2e import World
+from tests.functions.device_conflict.test_e2e import World as E2eWorld
 
 pytestmark = pytest.mark.e2e
 SA = "vmevents/device-conflict"
 WHERE = ("vmevents", "vmevents-device-assignments")
+
+
+class World(E2eWorld):
+    through_knative = False  # the session plane and LocalKnative (the e2e suite runs through Knative's broker)
 
 
 @pytest.fixture(scope="module", **e2e.backends_only())

@@ -19,7 +19,8 @@ from simcluster.builders.devices import SEED_DEVICE, SEED_NODE, VF, host_device,
 from simcluster.paths import DEPLOY_DIR
 from tests import e2e
 from tests.e2e import eventually
-from tests.functions.device_conflict.test_e2e import World, power_off_seed_vm1
+from tests.functions.device_conflict.test_e2e import World as E2eWorld
+from tests.functions.device_conflict.test_e2e import power_off_seed_vm1
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real]
 ASSIGNMENTS = ("vmevents", "vmevents-device-assignments")
@@ -27,6 +28,10 @@ PCIDEVICES = "system:serviceaccount:harvester-system:harvester-pcidevices-contro
 REFUSED = (f"{SEED_DEVICE} ({VF}) is assigned to default/vm1, which is stopped; remove it from vm1 first, "
            f"or choose another free device of that resource")
 CATCH_UP = 30.0  # seconds: an event through Knative's adapter, device-conflict's write, the policy's informer
+
+
+class World(E2eWorld):
+    through_knative = False  # the session plane and LocalKnative (the e2e suite runs through Knative's broker)
 
 
 @pytest.fixture(scope="module", params=[p for p in e2e.backends_only()["params"] if p.id == "real"])

@@ -48,6 +48,7 @@ UNSCHEDULABLE = "0/2 nodes are available: 1 node(s) didn't match pod anti-affini
 class World(e2e.World):
     """Real backend: KubeVirt's virt-controller and the node stand-in on two nodes. Simulator: no KubeVirtSim (it
     has no migration controller): the tests play KubeVirt's part."""
+    through_knative = True  # the real rows: Knative's broker delivers (tests/e2e.py World)
 
     def __init__(self, version: str, backend: str):
         self.version = version

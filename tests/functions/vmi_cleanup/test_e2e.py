@@ -31,12 +31,14 @@ _names = itertools.count(1)
 
 
 class World(e2e.World):
+    through_knative = True  # the real rows: Knative's broker delivers (tests/e2e.py World)
     function_sa = FUNCTION_SA
     settle = e2e.World.settle_with_kubevirt
 
     def __init__(self, version: str, backend: str, virt_controller: bool = True):
         """virt_controller=False: on the real backend the simulator's KubeVirt plays virt-controller too."""
-        cluster = None if virt_controller else backends.cluster(backend, version, virt_controller=False)
+        cluster = None if virt_controller else backends.cluster(backend, version, virt_controller=False,
+                                                                knative=True)
         super().__init__(version, backend=backend, kubevirt={"step_delay": 0.01}, cluster=cluster,
                          env_overrides={"vmi-cleanup": {"CLEANUP_AFTER": "0s"}})
 
