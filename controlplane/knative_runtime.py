@@ -22,8 +22,11 @@ What the runtime adds, and what each part decides (nothing about delivery):
 - **`wait_idle`**: Knative says nothing about what it holds, so idle means no request in flight at a front or the
   tap, every published event seen by the tap, every failed attempt followed by a success or a dead letter, and
   nothing new for `QUIET` seconds.
-- **time_scale** multiplies each Trigger's `backoffDelay` (at least 10 ms), as LocalKnative multiplies its backoff:
-  the retries and dead letters of the fault tests take seconds, not minutes. Count, policy and timeout are deploy/'s.
+- **time_scale** shortens each Trigger's backoff, as LocalKnative multiplies its own, so the retries and dead letters
+  of the fault tests take seconds, not minutes. Knative reads a duration to a tenth of a second (rickb777/date
+  v1.13.0 `period.Parse` keeps one decimal place: `PT0.05S` is no backoff at all), so a scaled exponential backoff
+  cannot be both short and non-zero: a scaled Trigger retries linearly, `backoffDelay` the scaled value but at least
+  0.1 s (deploy/'s 6 retries then take 2.1 s, 8 take 3.6 s). Retry count and timeout are deploy/'s.
 - **The PingSource's schedule** is set to one that does not come round (29 February) while the runtime runs, as
   LocalKnative's PingSource ticks only when asked: a test that counts a function's requests between two of its own
   ticks is not joined by the minute's. Knative's PingSource adapter delivering deploy/'s minute ticks is shown by
@@ -44,7 +47,7 @@ from typing import Any
 
 from cloudevents.http import CloudEvent, from_http
 
-from localknative.broker import Delivery, binary_request, parse_duration
+from localknative.broker import Delivery, binary_request, knative_duration
 from localknative.runtime import of_kind
 from localknative.serving import FunctionServer, service_account
 from localknative.sources import make_ping_event
@@ -52,7 +55,7 @@ from localknative.sources import make_ping_event
 QUIET = 0.3           # seconds with nothing new before the data plane counts as idle
 TAP = "vmevents-tap"  # the Trigger (and Knative Service) that sees every event the broker takes in
 DEAD_PORT = 9         # where a stopped runtime's Services point (nothing listens there): deliveries fail fast
-MIN_BACKOFF = 0.01
+MIN_BACKOFF = 0.1  # Knative's shortest backoff that is not none (one decimal place)
 NEVER = "0 0 29 2 *"  # a schedule that is not due for years
 _HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "te", "trailer", "upgrade",
         "proxy-connection"}
@@ -247,8 +250,8 @@ class KnativeRuntime:
                     pass
 
     def _scale_deliveries(self) -> None:
-        """Each of deploy/'s Triggers with its delivery's backoffDelay multiplied by time_scale (the Broker's
-        delivery where the Trigger has none)."""
+        """Each of deploy/'s Triggers with its delivery's backoffDelay multiplied by time_scale, linear and at least
+        MIN_BACKOFF (the Broker's delivery where the Trigger has none)."""
         if self.time_scale == 1.0:
             return
         api, ns = self.knative.api, self.namespace
@@ -260,9 +263,10 @@ class KnativeRuntime:
                             or {})
             if not delivery.get("backoffDelay"):
                 continue
-            seconds = max(parse_duration(delivery["backoffDelay"]) * self.time_scale, MIN_BACKOFF)
+            seconds = max(knative_duration(delivery["backoffDelay"]) * self.time_scale, MIN_BACKOFF)
             self._restore.append((path, {"spec": {"delivery": (trigger.get("spec") or {}).get("delivery")}}))
-            api.patch(path, {"spec": {"delivery": {**delivery, "backoffDelay": f"PT{seconds:.3f}S"}}})
+            api.patch(path, {"spec": {"delivery": {**delivery, "backoffPolicy": "linear",
+                                                   "backoffDelay": f"PT{int(seconds * 10) / 10:.1f}S"}}})
 
     def _suspend_schedules(self) -> None:
         api = self.knative.api
@@ -294,7 +298,7 @@ class KnativeRuntime:
             # a type no Trigger of deploy/ takes (alert-forwarder takes io.vmevents.*): the tap alone sees it
             probe = CloudEvent({"type": "dev.vmevents-tests.probe", "source": "/vmevents/tests/knative-runtime"}, None)
             try:
-                self.publish(probe)
+                self._post(probe)
             except OSError:
                 time.sleep(0.5)
                 continue
@@ -336,7 +340,20 @@ class KnativeRuntime:
 
     def publish(self, event: CloudEvent) -> None:
         """POST the event to the broker's ingress in binary mode, as a source does (JSON data says so in its
-        datacontenttype, as the ApiServerSource's and the PingSource's events do)."""
+        datacontenttype, as the ApiServerSource's and the PingSource's events do), and return at once: the
+        in-memory channel holds the POST open until every subscriber's delivery, retries included, is over
+        (docs/facts.md §6), and a test acts meanwhile (a receiver back up between two retries)."""
+        with self._cond:
+            self._expected.add(event["id"])  # before the thread runs: a wait right after this one waits for it
+        threading.Thread(target=self._post_quietly, args=(event,), name="publish", daemon=True).start()
+
+    def _post_quietly(self, event: CloudEvent) -> None:
+        try:
+            self._post(event)
+        except OSError:  # the ingress restarting: what a source loses, a test sees as never taken in
+            pass
+
+    def _post(self, event: CloudEvent) -> None:
         if event.get("datacontenttype") is None and isinstance(event.data, (dict, list)):
             event["datacontenttype"] = "application/json"
         headers, body = binary_request(event)
@@ -344,11 +361,12 @@ class KnativeRuntime:
             self._expected.add(event["id"])
         request = urllib.request.Request(self.ingress, data=body, headers=headers, method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=30) as answer:
+            with urllib.request.urlopen(request, timeout=60) as answer:
                 answer.read()
         except BaseException:
             with self._cond:
                 self._expected.discard(event["id"])
+                self._cond.notify_all()
             raise
 
     def wait_idle(self, timeout: float = 10.0) -> bool:

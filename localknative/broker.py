@@ -83,6 +83,17 @@ def parse_duration(text: str) -> float:
     return parts.get("d", 0) * 86400 + parts.get("h", 0) * 3600 + parts.get("m", 0) * 60 + parts.get("s", 0)
 
 
+_FRACTION = re.compile(r"(\d+)\.(\d)\d*")
+
+
+def knative_duration(text: str) -> float:
+    """A delivery duration as Knative reads it: rickb777/date v1.13.0 `period.Parse` (knative.dev/eventing
+    pkg/kncloudevents/retries.go) keeps one decimal place of each field and drops the rest, so PT0.25S is 0.2 s
+    and PT0.05S is no time at all."""
+    parse_duration(text)  # refuse what is no duration, with its message
+    return parse_duration(_FRACTION.sub(lambda m: f"{m.group(1)}.{m.group(2)}", text))
+
+
 # ---------------------------------------------------------------------------------------------
 # Filters
 # ---------------------------------------------------------------------------------------------
@@ -229,8 +240,8 @@ class DeliverySpec:
         return cls(
             retry=int(spec.get("retry", 0)),
             backoff_policy=policy,
-            backoff_delay=parse_duration(spec["backoffDelay"]) if spec.get("backoffDelay") else 0.0,
-            timeout=parse_duration(spec["timeout"]) if spec.get("timeout") else None,
+            backoff_delay=knative_duration(spec["backoffDelay"]) if spec.get("backoffDelay") else 0.0,
+            timeout=knative_duration(spec["timeout"]) if spec.get("timeout") else None,
             dead_letter_sink=spec.get("deadLetterSink"),
         )
 

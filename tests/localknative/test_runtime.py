@@ -24,6 +24,7 @@ from localknative.broker import (
     DeliverySpec,
     TriggerError,
     binary_request,
+    knative_duration,
     matches,
     new_event,
     parse_duration,
@@ -264,6 +265,16 @@ def test_deploy_triggers_pass_the_knative_webhook(trigger):
 ])
 def test_parse_duration(text, seconds):
     assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("PT0.5S", 0.5), ("PT0.25S", 0.2), ("PT0.05S", 0.0), ("PT0.010S", 0.0), ("PT1M0.19S", 60.1), ("PT2S", 2.0),
+])
+def test_a_delivery_duration_is_read_to_a_tenth_of_a_second_as_knative_reads_it(text, seconds):
+    """rickb777/date v1.13.0 period.Parse keeps one decimal place (Knative's retries.go parses backoffDelay and
+    timeout with it): Knative's broker retried a Trigger with backoffDelay PT0.010S without waiting."""
+    assert knative_duration(text) == pytest.approx(seconds)
+    assert DeliverySpec.from_manifest({"retry": 2, "backoffDelay": text}).backoff(2) == pytest.approx(seconds * 2)
 
 
 @pytest.mark.parametrize("text", ["", "0.2s", "PT", "P", "PTS", "10m"])
