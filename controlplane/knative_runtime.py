@@ -32,7 +32,10 @@ What the runtime adds, and what each part decides (nothing about delivery):
   ticks is not joined by the minute's. Knative's PingSource adapter delivering deploy/'s minute ticks is shown by
   tests/controlplane/test_knative.py and test_knative_story.py.
 
-`stop()` puts both back as they were (and applying deploy/ again, as the next world does, would too).
+`stop()` puts both back as they were (and applying deploy/ again, as the next world does, would too). A Trigger
+whose delivery changes gets a new Subscription, and the in-memory channel can keep the old one's entry, delivering
+every event to that Trigger twice (knative/eventing#6356): start and stop remove such entries
+(`Knative.drop_stale_subscribers`), so a world sees the channel an install that never edited its Triggers has.
 """
 from __future__ import annotations
 
@@ -169,6 +172,7 @@ class KnativeRuntime:
         self.pings: dict[str, _Ping] = {}
         self.broker = _Broker(self)
         self.ingress = ""
+        self.stale_subscribers = 0  # entries of an old Subscription the start removed from the channel
         self._fronts: dict[str, _Server] = {}
         self._tap: _Server | None = None
         self._cond = threading.Condition()
@@ -230,6 +234,7 @@ class KnativeRuntime:
         self.knative.wait_ready("eventing.knative.dev/v1", "Broker", ns, "default", timeout=timeout)
         for trigger in [*self._trigger_of.values(), TAP]:
             self._wait_trigger(trigger, timeout)
+        self.stale_subscribers = self.knative.drop_stale_subscribers(ns)
         for source in of_kind(self.manifests, "sources.knative.dev", "ApiServerSource"):
             self.knative.wait_ready("sources.knative.dev/v1", "ApiServerSource", ns, source["metadata"]["name"],
                                     timeout=timeout)
@@ -327,6 +332,11 @@ class KnativeRuntime:
             try:
                 api.patch(path, patch)
             except Exception:  # noqa: BLE001 - the next world's apply puts deploy/'s values back too
+                pass
+        if self._restore:
+            try:
+                self.knative.drop_stale_subscribers(self.namespace)
+            except Exception:  # noqa: BLE001 - the next runtime's start drops them too
                 pass
         for server in [*self._fronts.values(), *([self._tap] if self._tap else [])]:
             server.stop()
