@@ -328,3 +328,31 @@ def test_a_prefilter_answers_with_false_or_an_outcome_and_anything_else_is_decod
     assert (status, logged["verdict"]) == (204, verdict)
     bad = {k: v for k, v in GOOD.items() if k != "ce-source"}  # an envelope the shortcut still checks
     assert _answer(app, bad, b"{}", monkeypatch)[0] == 400
+
+
+# -- the headers a prefilter reads, by their environ keys --------------------------------------------------------------
+@pytest.mark.parametrize("drop", [None, "ce-type", "ce-kind", "Content-Type", "ce-subject"])
+def test_a_header_read_by_its_environ_key_is_the_header(drop):
+    headers = {k: v for k, v in GOOD.items() if k != drop}
+    env = environ(headers)
+    lazy, eager = wsgi.EnvironCe(env), intake.wsgi_headers(env)
+    for name in [*GOOD, "ce-missing"]:
+        key = wsgi.environ_key(name)
+        assert intake.header_name(key) == name
+        # EnvironCe.get, except that an absent Content-Type is None (EnvironCe.get says "", as wsgi_headers has it)
+        assert intake.environ_get(lazy)(key) == (lazy.get(name) or None if name == "Content-Type" else lazy.get(name))
+        assert intake.environ_get(eager)(key) == eager.get(name)      # any other mapping: its get of the name
+        assert intake.environ_get(headers)(key) == headers.get(name)
+
+
+@pytest.mark.parametrize("headers", [
+    GOOD, {**GOOD, "ce-type": "dev.knative.apiserver.ref.update"}, {**GOOD, "ce-kind": "Pod"},
+    {k: v for k, v in GOOD.items() if k != "ce-kind"}, {k: v for k, v in GOOD.items() if k != "ce-type"},
+])
+@pytest.mark.parametrize("body", [b'{"status": {"phase": "Running"}}', b'{"status": {"phase": "Succeeded"}}', b""])
+def test_may_concern_reads_the_environ_as_it_reads_the_headers(headers, body):
+    env = environ(headers)
+    for kinds, tokens in ((("VirtualMachineInstance",), (b'"Succeeded"',)), (("Pod",), (b'"Failed"', b'"x"'))):
+        assert intake.may_concern(wsgi.EnvironCe(env), body, kinds, tokens) == \
+            intake.may_concern(intake.wsgi_headers(env), body, kinds, tokens)
+
