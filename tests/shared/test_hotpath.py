@@ -496,3 +496,23 @@ def test_device_conflicts_prefilter_on_bodies_spoilt_at_random():
         agreed += now is before
         stricter += now is not before
     assert agreed > 2900 and agreed + stricter == 3000
+
+
+def test_alert_forwarders_remembered_severities_answer_what_given_severity_answers(monkeypatch):
+    """The prefilter remembers how the severities it saw are spelt (at most 64): the answers are the same the
+    first time, once remembered, and when there are too many spellings to remember."""
+    from functions.alert_forwarder import handler
+    from functions.alert_forwarder.handler import on_event, worth_decoding
+    from functions.alert_forwarder.settings import load
+
+    monkeypatch.setattr(handler, "_GIVEN", {})
+    spellings = ["info", " INFO ", "Info", "notice", "informational", "warning", "Warning ", "critical", "bogus", "",
+                 *(" " * n + "info" for n in range(1, 80))]
+    for floor in ("warning", "critical", "warning"):
+        settings = load({"MIN_SEVERITY": floor})
+        fast = runtime.FunctionApp("alert-forwarder", on_event, settings, None, prefilter=worth_decoding)
+        slow = runtime.FunctionApp("alert-forwarder", on_event, settings, None)
+        for severity in spellings:
+            body = _json(_finding(severity))
+            assert _answer(fast, _FINDING, body, monkeypatch) == _answer(slow, _FINDING, body, monkeypatch), severity
+    assert len(handler._GIVEN) == 64 and set(handler._GIVEN.values()) <= {"info", "warning"}
