@@ -130,6 +130,11 @@ class FunctionApp:
         self.prefilter = prefilter
         self.context: Context[Any] = (Context(name, settings, clock) if kube is None else
                                       KubeContext(name, settings, clock, kube, _recorder(kube, name)))
+        # The log line of an irrelevant event, but for the event's texts, its status and the time (_log).
+        self._irrelevant: dict[str, Any] = {
+            "function": name, "event_id": None, "event_type": None, "subject": None,
+            "verdict": IRRELEVANT.verdict, "effect": IRRELEVANT.effect, "reason": IRRELEVANT.reason, "outcome": 204,
+            "reply": None, "duration_ms": None}
 
     def __call__(self, request: flask.Request) -> flask.Response:
         environ = request.environ
@@ -142,7 +147,11 @@ class FunctionApp:
             body = request.get_data()
             ruled = self.prefilter(intake.EnvironCe(environ), body, self.context.settings) if self.prefilter else True
             if ruled is False or ruled.__class__ is Outcome:
-                wsgi.check_binary_environ(environ)  # a valid envelope; the data is not decoded by the runtime
+                # A valid envelope (the data is not decoded by the runtime): wsgi.check_binary_environ, spelt out.
+                get = environ.get
+                if get("HTTP_CE_SPECVERSION") != "1.0" or not (get("HTTP_CE_ID") and get("HTTP_CE_SOURCE")
+                                                                and get("HTTP_CE_TYPE")):
+                    wsgi.check_binary_environ(environ)  # raises, with the sentence that says which
                 outcome = IRRELEVANT if ruled is False else ruled
             else:
                 event = intake.parse_environ(environ, body)
@@ -178,19 +187,26 @@ class FunctionApp:
         line as encoded is already what write_line would write (this runs for every event): the texts from
         outside (the event's id, type and subject) are str or None (intake sees to it); when the outcome's
         are too and the whole line is at most MAX_LOGGED_TEXT bytes, no value needs clipping."""
-        reply = outcome.reply
-        verdict, effect, reason = outcome.verdict, outcome.effect, outcome.reason
-        if reason.__class__ is str and "://" in reason:  # a URL is shown by its origin only (shared/redact.py)
-            reason = scrub_urls(reason)
-        record = {
-            "function": self.name, "event_id": event_id, "event_type": event_type, "subject": subject,
-            "verdict": verdict, "effect": effect, "reason": reason, "outcome": status,
-            "reply": reply.type if reply else None,
-            # whole microseconds, in ms: round(seconds * 1000, 3) to within a microsecond, at a third of the cost
-            "duration_ms": (time.perf_counter_ns() - started) // 1000 / 1000,
-        }
-        if verdict.__class__ is str and effect.__class__ is str and reason.__class__ is str \
-                and (subject is None or subject.__class__ is str):
+        if outcome is IRRELEVANT:  # nearly every event's line: its own texts are the event's, and the time
+            record = self._irrelevant.copy()  # in write_line's order, IRRELEVANT's texts in it (made once)
+            record["event_id"], record["event_type"], record["subject"] = event_id, event_type, subject
+            record["outcome"] = status
+            texts = subject is None or subject.__class__ is str
+        else:
+            reply = outcome.reply
+            verdict, effect, reason = outcome.verdict, outcome.effect, outcome.reason
+            if reason.__class__ is str and "://" in reason:  # a URL is shown by its origin only (shared/redact.py)
+                reason = scrub_urls(reason)
+            record = {
+                "function": self.name, "event_id": event_id, "event_type": event_type, "subject": subject,
+                "verdict": verdict, "effect": effect, "reason": reason, "outcome": status,
+                "reply": reply.type if reply else None,
+            }
+            texts = verdict.__class__ is str and effect.__class__ is str and reason.__class__ is str \
+                and (subject is None or subject.__class__ is str)
+        # whole microseconds, in ms: round(seconds * 1000, 3) to within a microsecond, at a third of the cost
+        record["duration_ms"] = (time.perf_counter_ns() - started) // 1000 / 1000
+        if texts:
             try:
                 line = orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
             except (TypeError, ValueError):  # a text orjson refuses (a lone surrogate): write_line says so
