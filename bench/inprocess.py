@@ -8,7 +8,8 @@ Python work per event, and two runs differing only in N give the instructions of
 (bench/instructions.py). The gunicorn HTTP parsing and the socket work it leaves out are the same for
 the function and the no-op.
 
-    python -m bench.inprocess FUNCTION N [--profile]      # FUNCTION: a name in bench.events.IRRELEVANT
+    python -m bench.inprocess FUNCTION N [--profile]      # FUNCTION: a name in bench.events.IRRELEVANT, or
+                                                          # no-op/FUNCTION (the no-op answering its event)
 """
 from __future__ import annotations
 
@@ -100,16 +101,20 @@ def under_callgrind(measured: Callable[[], list[int]], idle: Callable[[], Any]) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.events import IRRELEVANT
+    from bench.events import IRRELEVANT, case_of
 
     parser = argparse.ArgumentParser(prog="python -m bench.inprocess")
-    parser.add_argument("function", choices=sorted(IRRELEVANT))
+    parser.add_argument("function", help=f"one of {', '.join(IRRELEVANT)}, or no-op/FUNCTION: the no-op answering "
+                                         "FUNCTION's event")
     parser.add_argument("times", type=int)
     parser.add_argument("--profile", metavar="FILE", help="cProfile the N events into FILE (pstats)")
     parser.add_argument("--callgrind", action="store_true",
                         help="running under bench.instructions' callgrind: count the N events only")
     args = parser.parse_args(argv)
-    case = IRRELEVANT[args.function]
+    try:
+        case = case_of(args.function)
+    except KeyError:
+        parser.error(f"no such function: {args.function}")
     # The one log line per event goes to a file, as gunicorn's stdout would; it is checked below.
     log = tempfile.NamedTemporaryFile(prefix="vmevents-inprocess-", suffix=".log")
     os.dup2(log.fileno(), 1)

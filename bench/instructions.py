@@ -8,9 +8,10 @@ functions-framework's request handling, the function's intake, prefilter and log
 bench/events.py. The ratio function ÷ no-op is what the function adds per event on top of answering at all
 (gunicorn's HTTP parsing and the socket work are not counted: they are the same for both).
 
-`--served` counts the gunicorn worker whole instead (`count_served`): what an event costs the process that
-serves it, so function ÷ no-op there is the throughput ratio of a worker with a CPU to itself, free of the
-machine's load (bench/irrelevant.py reports it next to the wrk rates).
+`--served` counts the events a gunicorn worker serves instead (`count_served`): each request whole, from accept
+to the closed connection (gunicorn's HTTP parsing and response writing too), and nothing else of the worker
+(bench/served.py), so function ÷ no-op there is the throughput ratio of a worker with a CPU to itself, free of
+the machine's load (bench/irrelevant.py reports it next to the wrk rates). `--events` defaults to 1,000 there.
 
     python -m bench.instructions [--events 200] [--served] [--json] [FUNCTION ...]
 """
@@ -27,10 +28,11 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench.events import IRRELEVANT, NOOP
+from bench.events import IRRELEVANT, NOOP, baseline, case_of
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EVENTS = 200
+SERVED_EVENTS = 1000  # a request is ~2.5 in-process events; enough that a collection of the GC averages out
 _COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 
 
@@ -64,17 +66,20 @@ def count(function: str, events: int = EVENTS) -> int:
 _TOTALS = re.compile(r"^totals:\s*(\d+)", re.MULTILINE)
 
 
-def count_served(function: str, events: int = EVENTS) -> float:
+def count_served(function: str, events: int = SERVED_EVENTS) -> float:
     """Instructions per event in the gunicorn worker of a functions-framework server (as bench/irrelevant.py
-    starts it) answering `function`'s irrelevant event, sent one after the other on one keep-alive connection:
-    gunicorn's HTTP parsing and response writing, Flask, the function, every thread's. What one event costs the
-    worker whole, so function ÷ no-op is the throughput ratio of a worker that has the CPU to itself (the
-    kernel's socket work, the same for both, is not counted). A forked worker cannot be switched on and off
-    (vgdb does not reach it), so the worker is counted whole, from fork to exit, twice: after 0 and after
-    `events` events (each past a warm-up); the difference is the events'."""
+    starts it, with gunicorn's sync worker) answering `function`'s irrelevant event `events` times, each on a
+    connection of its own: gunicorn's HTTP parsing and response writing, Flask, the function, the cyclic GC's
+    collections that land in a request. Only the events are counted (bench/served.py: each is handled inside
+    libc's qsort, the one place callgrind collects), not the worker's start-up, idle loop and exit, nor the
+    readiness probe and the 20 warm-up events before them, so function ÷ no-op is the throughput ratio of a worker
+    that has the CPU to itself (the kernel's socket work and the log line's write(2) are not counted)."""
     if not available():
         raise Unavailable("valgrind is not installed (apt-get install -y valgrind)")
-    return (_served_total(function, events) - _served_total(function, 0)) / events
+    return _served_total(function, events) / events
+
+
+WARMUP = 20  # first-request work, as in bench/inprocess.py
 
 
 def _served_total(function: str, events: int) -> int:
@@ -82,21 +87,22 @@ def _served_total(function: str, events: int) -> int:
     import signal
     import time
 
+    from bench.served import COUNT_AFTER
     from bench.vmi_cleanup import _free_port, _tree
     from localknative.serving import stop_group
 
-    case = IRRELEVANT[function]
+    case = case_of(function)
     headers, body = case.event()
     port = _free_port()
     with tempfile.TemporaryDirectory(prefix="vmevents-callgrind-") as tmp:
         env = {**os.environ, "PYTHONPATH": REPO, "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
-               **case.env(), "THREADS": "1"}  # gunicorn's sync worker: one thread, so a count does not
-        # depend on how valgrind schedules the gthread worker's poller and pool threads (it did, by ±10 %)
+               **case.env(), "THREADS": "1",  # gunicorn's sync worker: one thread, a connection per request
+               COUNT_AFTER: str(1 + WARMUP)}  # the readiness probe's GET and the warm-up are not counted
         with open(f"{tmp}/server.log", "wb") as log:
             server = subprocess.Popen(
-                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.%p", sys.executable, "-m",
-                 "functions_framework", "--target", "handle", "--source", case.source, "--signature-type", "http",
-                 "--host", "127.0.0.1", "--port", str(port)],
+                ["valgrind", "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=*qsort*",
+                 f"--callgrind-out-file={tmp}/cg.%p", sys.executable, "-m", "bench.served", "--target", "handle",
+                 "--source", case.source, "--signature-type", "http", "--host", "127.0.0.1", "--port", str(port)],
                 cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True)
         try:
@@ -113,14 +119,16 @@ def _served_total(function: str, events: int) -> int:
                 except OSError:
                     conn.close()
                     time.sleep(0.2)
+            conn.close()
             workers = [pid for pid in _tree(server.pid) if pid != server.pid]
-            for _ in range(20 + events):  # 20: first-request work, as in bench/inprocess.py
+            for _ in range(WARMUP + events):
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
                 conn.request("POST", "/", body=body, headers=dict(headers))
                 answer = conn.getresponse()
                 answer.read()
+                conn.close()
                 if answer.status != case.status:
                     raise RuntimeError(f"{function} answered {answer.status} under callgrind")
-            conn.close()
         finally:
             stop_group(server, signal.SIGTERM, wait=120)
         if len(workers) != 1:
@@ -135,28 +143,29 @@ def _served_total(function: str, events: int) -> int:
 
 def per_event(functions: list[str], events: int = EVENTS, parallel: int = 2,
               served: bool = False) -> dict[str, float]:
-    """Instructions per event for each of `functions` and the no-op (each a process of its own): in-process
-    (`count`), or `served` by gunicorn (`count_served`)."""
-    names = [NOOP.function, *[f for f in functions if f != NOOP.function]]
+    """Instructions per event for each of `functions` and the no-op answering the same event (each a process of its
+    own; `baseline` names it): in-process (`count`), or `served` by gunicorn (`count_served`)."""
+    functions = [f for f in functions if f in IRRELEVANT and f != NOOP.function]
+    names = list(dict.fromkeys([NOOP.function, *(baseline(f) for f in functions), *functions]))
     counted = (lambda name: count_served(name, events)) if served else (lambda name: count(name, events) / events)
     with ThreadPoolExecutor(max_workers=parallel) as pool:
         return dict(zip(names, pool.map(counted, names), strict=True))
 
 
 def render(figures: dict[str, float], events: int, served: bool = False) -> str:
-    noop = figures[NOOP.function]
-    how = "served by gunicorn, the worker whole" if served else "in-process WSGI"
-    lines = [f"instructions per irrelevant event (callgrind, {how}, {events} events each; ratio to the no-op)",
-             f"  {'function':<22}{'instructions':>14}{'ratio':>9}"]
+    how = "served by gunicorn, each request whole" if served else "in-process WSGI"
+    lines = [f"instructions per irrelevant event (callgrind, {how}, {events} events each; ratio to the no-op answering "
+             "the same event)", f"  {'function':<32}{'instructions':>14}{'ratio':>9}"]
     for name, value in figures.items():
-        lines.append(f"  {name:<22}{value:>14,.0f}{value / noop:>8.3f}x")
+        base = figures.get(baseline(name)) if name in IRRELEVANT and name != NOOP.function else None
+        lines.append(f"  {name:<32}{value:>14,.0f}" + (f"{value / base:>8.3f}x" if base else ""))
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__.split("\n")[0])
     parser.add_argument("functions", nargs="*", help=f"default: all of {', '.join(IRRELEVANT)}")
-    parser.add_argument("--events", type=int, default=EVENTS)
+    parser.add_argument("--events", type=int, help=f"default: {EVENTS}, or {SERVED_EVENTS} with --served")
     parser.add_argument("--served", action="store_true",
                         help="count the gunicorn worker serving the events (count_served), not the app in-process")
     parser.add_argument("--json", action="store_true")
@@ -164,10 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     if not available():
         print("instructions per event: skipped: valgrind is not installed (apt-get install -y valgrind)")
         return 0
-    figures = per_event(args.functions or list(IRRELEVANT), args.events, served=args.served)
-    print(render(figures, args.events, args.served))
+    events = args.events or (SERVED_EVENTS if args.served else EVENTS)
+    figures = per_event(args.functions or list(IRRELEVANT), events, served=args.served)
+    print(render(figures, events, args.served))
     if args.json:
-        print(json.dumps({"events": args.events, "served": args.served, "instructions_per_event": figures},
+        print(json.dumps({"events": events, "served": args.served, "instructions_per_event": figures},
                          indent=2))
     return 0
 

@@ -24,7 +24,7 @@ from functions.alert_forwarder.transport import ReceiverRefused
 from functions.alert_forwarder.transport import post as _post
 from shared.errors import TemporaryError, VmeventsError, longest_retry_after
 from shared.findings import RESOLVED, every_record
-from shared.intake import MAX_SUBJECT, Incoming
+from shared.intake import MAX_SUBJECT, Incoming, environ_get
 from shared.runtime import KubeContext, Outcome
 
 
@@ -48,13 +48,14 @@ def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) 
     Anything else, a finding without a severity (its category's default applies), a malformed or odd one
     included, is decoded and handled the long way, which says what is wrong with it. The severity is read from
     the data, never from a header: a header that said "info" would drop whatever the finding says it is."""
-    floor = SEVERITIES.index(settings.min_severity)
-    event_type = headers.get("ce-type")
-    if not floor or headers.get("Content-Type") != "application/json" or event_type is None \
+    floor = _RANK[settings.min_severity]
+    get = environ_get(headers)  # each header a dict lookup in the WSGI environ, where the runtime gives one
+    event_type = get("HTTP_CE_TYPE")
+    if not floor or get("CONTENT_TYPE") != "application/json" or event_type is None \
             or not event_type.startswith(PREFIX) or event_type.startswith(_OWN) \
-            or headers.get("ce-specversion") != "1.0" or not headers.get("ce-id") or not headers.get("ce-source"):
+            or get("HTTP_CE_SPECVERSION") != "1.0" or not get("HTTP_CE_ID") or not get("HTTP_CE_SOURCE"):
         return True
-    subject = headers.get("ce-subject")
+    subject = get("HTTP_CE_SUBJECT")
     if subject is not None and (len(subject) > MAX_SUBJECT or not subject.isprintable()):
         return True
     try:
@@ -72,8 +73,16 @@ def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) 
     for item in items:
         if item.__class__ is not dict:
             return True
-        severity = given_severity(item.get("severity"))
-        if severity is None or SEVERITIES.index(severity) >= floor:
+        given = item.get("severity")
+        severity = _GIVEN.get(given) if given.__class__ is str else None  # decide.given_severity, remembered
+        if severity is None:
+            severity = given_severity(given)
+            if severity is None or _RANK[severity] >= floor:
+                return True
+            # The spellings seen (a sender's own are few); a flood of odd ones is not kept.
+            if len(_GIVEN) < 64 and isinstance(given, str):
+                _GIVEN[given] = severity
+        elif _RANK[severity] >= floor:
             return True
         identity = item.get("identity")
         if identity.__class__ is dict:  # the handler makes labels of its values: a nested one is its to refuse
@@ -89,6 +98,8 @@ def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) 
 
 _OWN = f"{PREFIX}{FUNCTION}."  # alert-forwarder's own replies: decide drops them for another reason
 _DROPS: dict[tuple[str, str], Outcome] = {}
+_RANK = {severity: rank for rank, severity in enumerate(SEVERITIES)}
+_GIVEN: dict[str, str] = {}  # a severity as a finding writes it ("info", " INFO ", "notice") → given_severity's
 
 
 def tick(ctx: KubeContext[Settings]) -> Outcome:

@@ -34,7 +34,7 @@ from functions.device_conflict.settings import FUNCTION, Settings
 from shared import kubevirt as kv
 from shared.errors import VmeventsError
 from shared.findings import Ledger, Notice, Record, one_or_summary, summary
-from shared.intake import Incoming, about, may_concern
+from shared.intake import RESOURCE_PREFIX, Incoming, about, environ_get
 from shared.runtime import KubeContext, Outcome
 
 REASON = "HostDeviceConflict"
@@ -167,7 +167,9 @@ def check(found: Target, subject: str | None, ctx: KubeContext[Settings], delive
 
 # -- parse: is this event worth a look? (no API calls) -------------------------------------------
 # "instancetype": a VM whose devices come from its instancetype (spec.instancetype) shows none of the others.
-_DEVICE_TOKENS = (b'"hostDevices"', b'"gpus"', ALLOCATION_ANNOTATION.encode(), b'"instancetype"')
+_HOST_DEVICES, _GPUS, _INSTANCETYPE = b'"hostDevices"', b'"gpus"', b'"instancetype"'
+_ALLOCATION = ALLOCATION_ANNOTATION.encode()
+_DEVICE_TOKENS = (_HOST_DEVICES, _GPUS, _ALLOCATION, _INSTANCETYPE)
 _KINDS = ("VirtualMachine", "VirtualMachineInstance")
 
 
@@ -178,30 +180,54 @@ def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) 
     once (target), so it is decoded unless its bytes show one `"generation"` equal to one `"observedGeneration"`
     (KubeVirt has seen this spec: a status write, no edit). That costs little: a VM changes when someone edits it or
     KubeVirt writes its status, while its VMI's status (guest agent, interfaces, conditions) changes far more often,
-    and those events stay undecoded. It can only err towards decoding."""
-    if may_concern(headers, body, _KINDS, _DEVICE_TOKENS):
+    and those events stay undecoded. It can only err towards decoding.
+
+    `intake.may_concern` spelt out (it is the first half), so that the kind is read once: every irrelevant VM event
+    scans its body six times (four tokens, and each generation key once, its first and last occurrence), and
+    calls nothing else (docs/hot-path.md)."""
+    get = environ_get(headers)
+    event_type, kind = get("HTTP_CE_TYPE") or "", get("HTTP_CE_KIND")
+    if not event_type.startswith(RESOURCE_PREFIX) or kind not in _KINDS:
         return True
-    return headers.get("ce-kind") == "VirtualMachine" and not _observed(body)
+    if _HOST_DEVICES in body or _GPUS in body or _ALLOCATION in body or _INSTANCETYPE in body:
+        return True
+    return kind == "VirtualMachine" and not _observed(body)
 
 
 _GENERATION, _OBSERVED = b'"generation"', b'"observedGeneration"'
-_NUMBER = re.compile(rb"\s*:\s*(\d+)")  # what follows a key whose value is a number (JSON: spaces allowed)
+_COMMA, _BRACE, _COLON = 44, 125, 58  # the bytes a number is read between
+# What follows a key whose value is a whole number, JSON's way (whitespace around the colon allowed), up to the
+# `,` or `}` that ends the value: a number followed by anything else (2.5, 2e1, 2x) is not read.
+_NUMBER = re.compile(rb"[ \t\n\r]*:[ \t\n\r]*([0-9]+)[ \t\n\r]*[,}]")
 
 
 def _observed(body: bytes) -> bool:
-    """One `"generation"` key and one `"observedGeneration"` key in the bytes, each with a number, the same.
-    Each key is found with bytes.find (twice a key, even where no number follows it, is a decode) and its number
-    read where it ends: a regex search over the whole body cost more than the rest of the prefilter."""
-    generation, observed = _number_of(body, _GENERATION), _number_of(body, _OBSERVED)
-    return generation is not None and generation == observed
-
-
-def _number_of(body: bytes, key: bytes) -> bytes | None:
-    at = body.find(key)
-    if at < 0 or body.find(key, at + 1) >= 0:
-        return None
-    number = _NUMBER.match(body, at + len(key))
-    return number[1] if number else None
+    """One `"generation"` key and one `"observedGeneration"` key in the bytes, each with a whole number, the same.
+    Each key is found once from each end (the first occurrence is the last: there is one), and the numbers are
+    compared where they lie, digit by digit, when both are written as Go writes them (`"generation":2,`): a regex
+    match is read only for any other spelling (spaces around the colon)."""
+    generation = body.find(_GENERATION)
+    if generation < 0 or body.rfind(_GENERATION) != generation:
+        return False
+    observed = body.rfind(_OBSERVED)  # status comes last in KubeVirt's JSON (Go writes keys sorted)
+    if observed < 0 or body.find(_OBSERVED) != observed:
+        return False
+    at, other = generation + len(_GENERATION), observed + len(_OBSERVED)
+    try:
+        if body[at] == _COLON and body[other] == _COLON:
+            at, other = at + 1, other + 1
+            digit = body[at]
+            if 48 <= digit <= 57:
+                while digit == body[other] and 48 <= digit <= 57:
+                    at, other = at + 1, other + 1
+                    digit = body[at]
+                # Both numbers ended, at the same place, where a value ends: the same number.
+                if (digit == _COMMA or digit == _BRACE) and body[other] in (_COMMA, _BRACE):
+                    return True
+    except IndexError:  # the body ends within a number: not one to read
+        return False
+    first, second = _NUMBER.match(body, generation + len(_GENERATION)), _NUMBER.match(body, observed + len(_OBSERVED))
+    return first is not None and second is not None and first[1] == second[1]
 
 
 @dataclass(frozen=True)
