@@ -77,7 +77,7 @@ class Kubelet:
             self.note(f"pod {pod.name}: no listener on {address}:{port}: {exc}")
 
     def pod_for(self, namespace: str, selector: dict[str, str]) -> Pod | None:
-        for key, pod in self.pods.items():
+        for key, pod in list(self.pods.items()):  # the sync loop replaces pods meanwhile
             if key.startswith(namespace + "/") and pod.running and selector and \
                     all(pod.labels.get(k) == v for k, v in selector.items()):
                 return pod
@@ -158,12 +158,14 @@ class Kubelet:
             if time.monotonic() - exited < 1:
                 return  # a crash loop's back-off
             self.note(f"pod {key} exited with {pod.process.returncode if pod.process else '?'}: restarting it")
-        if pod is not None:
+        # A changed template rolls as a Deployment's default RollingUpdate does with one replica (maxSurge 25% →
+        # 1, maxUnavailable 25% → 0): the new pod starts before the old one stops. An exited pod goes first.
+        old = pod if pod is not None and pod.running else None
+        if pod is not None and old is None:
             self._remove(key)
         pod = self._make_pod(key, deployment, hashlib.sha256(template.encode()).hexdigest()[:10])
         try:
             pod.start(self.die_with_parent)
-            self.pods[key], self._templates[key] = pod, template
             self.proxy.listen(pod.netns, "127.0.0.1", self.plane.port, lambda: (None, "127.0.0.1", self.plane.port))
             for (address, port), choose in self._routes.items():
                 self._listen(pod, address, port, choose)
@@ -172,6 +174,11 @@ class Kubelet:
             self.note(f"pod {key}: {exc}")
             pod.stop()
             self._exited[key] = time.monotonic()
+            return  # the old pod, if any, runs on
+        self.pods[key], self._templates[key] = pod, template
+        if old is not None:
+            self.proxy.forget(old.netns)
+            old.stop()
 
     def _remove(self, key: str) -> None:
         pod = self.pods.pop(key)
