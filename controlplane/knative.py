@@ -200,16 +200,17 @@ class Knative:
         have done, and as that controller's ServiceAccount."""
         deadline, dropped = time.monotonic() + timeout, 0
         while True:
-            subscriptions = {s["metadata"]["uid"]: s for s in
-                             self.api.list("messaging.knative.dev/v1", "Subscription", namespace)}
-            settled = True
+            found = self.api.list("messaging.knative.dev/v1", "Subscription", namespace)
+            # one being deleted (a Trigger's old one, its finalizer still to run) counts as gone: its entry goes now
+            subscriptions = {s["metadata"]["uid"]: s for s in found if not s["metadata"].get("deletionTimestamp")}
+            settled = len(subscriptions) == len(found)
             for channel in self.api.list("messaging.knative.dev/v1", "InMemoryChannel", namespace):
                 entries = (channel.get("spec") or {}).get("subscribers") or []
                 stale = [i for i, e in enumerate(entries) if e.get("uid") not in subscriptions]
                 listed = {e.get("uid") for e in entries}
                 settled &= not stale and all(uid in listed for uid, s in subscriptions.items()
                                              if (s["spec"].get("channel") or {}).get("name") ==
-                                             channel["metadata"]["name"] and not s["metadata"].get("deletionTimestamp"))
+                                             channel["metadata"]["name"])
                 if stale:
                     patch = [{"op": "test", "path": "/metadata/resourceVersion",
                               "value": channel["metadata"]["resourceVersion"]}]
