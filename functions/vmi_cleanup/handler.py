@@ -95,14 +95,18 @@ def _visit(found: Target, ctx: KubeContext[Settings], memory: memories.Memory | 
 def converge(vmi: dict[str, Any], ctx: KubeContext[Settings], delivery: str | None = None) -> Outcome:
     """Decide on fresh objects and act; on a conflict, read again and decide again. `delivery`: the id of the
     CloudEvent being answered (None for a re-scan), kept on the Event of what it did (_report)."""
+    in_doubt = False  # a DELETE of ours lost its answer and may still be applied (_InDoubt)
     for _ in range(MAX_ATTEMPTS):
         vm = _read_vm(ctx, vmi)
         verdict, version = _decide_with_facts(vmi, vm, ctx)
         try:
-            return _act(verdict, vmi, vm, ctx, version, delivery)
-        except Conflict:
+            return _act(verdict, vmi, vm, ctx, version, delivery, in_doubt=in_doubt)
+        except Conflict as conflict:
+            in_doubt = in_doubt or isinstance(conflict, _InDoubt)
             meta = kv.meta(vmi)
             fresh = ctx.kube.get(VMI, meta["namespace"], meta["name"])
+            if in_doubt and _ended(fresh, meta):  # the DELETE in doubt (or its re-sending) was applied meanwhile
+                return _report(verdict, vmi, vm, ctx, "deleted-vmi", delivery=delivery)
             if fresh is None:
                 return _gone(ctx, meta["namespace"], meta["name"], meta.get("uid"), delivery, kv.api_path(vmi),
                              "the VMI no longer exists")
@@ -201,8 +205,21 @@ def _migrating(ctx: KubeContext[Settings], vmi: dict[str, Any]) -> bool:
 
 
 # -- act ------------------------------------------------------------------------------------------
+class _InDoubt(Conflict):
+    """A DELETE lost its answer, and the VMI read again is still there, unchanged: the DELETE never arrived, or
+    kube-apiserver applies it later (etcd was down: it retries until its own request timeout). Answering 503 here
+    would lose the cleanup's notice if it is applied later: the redelivery finds the VMI gone, with nothing saying
+    whose DELETE that was. So converge decides again on fresh reads and, if still due, sends the DELETE again with
+    the preconditions of the VMI it read: exactly one of the two can apply, and either is this delivery's."""
+
+
+def _ended(fresh: dict[str, Any] | None, meta: Mapping[str, Any]) -> bool:
+    """The VMI of `meta` is gone, replaced, or being deleted (KubeVirt's finalizer still on it)."""
+    return fresh is None or kv.meta(fresh).get("uid") != meta["uid"] or bool(kv.meta(fresh).get("deletionTimestamp"))
+
+
 def _act(verdict: Verdict, vmi: dict[str, Any], vm: dict[str, Any] | None, ctx: KubeContext[Settings],
-         version: Version | None = None, delivery: str | None = None) -> Outcome:
+         version: Version | None = None, delivery: str | None = None, *, in_doubt: bool = False) -> Outcome:
     subject = kv.api_path(vmi)
     if verdict.warning:
         ctx.recorder.record(vm or vmi, "Warning", wording.ANNOTATION_INVALID, verdict.warning, ctx.clock())
@@ -216,13 +233,13 @@ def _act(verdict: Verdict, vmi: dict[str, Any], vm: dict[str, Any] | None, ctx: 
         try:
             gone = not ctx.kube.delete(VMI, meta["namespace"], meta["name"], uid=meta["uid"],
                                        resource_version=meta["resourceVersion"])
-        except Unavailable:
+        except Unavailable as lost:
             if not _gone_since(ctx, meta):
-                raise
+                raise _InDoubt(f"{lost} (the DELETE's answer was lost and the VMI is still there)") from lost
             # A DELETE was applied and our answer lost (the API restarted): ours, or a concurrent delivery's that
             # lost its answer too. Either may report it: the Event, counted once per VMI, tells them apart.
             gone = False
-        if gone:
+        if gone and not in_doubt:  # in doubt, the 404 answers the DELETE sent again: the first one was applied
             return _gone(ctx, meta["namespace"], meta["name"], meta.get("uid"), delivery, subject,
                          "the VMI was already deleted")
         return _report(verdict, vmi, vm, ctx, "deleted-vmi", delivery=delivery)
@@ -246,7 +263,7 @@ def _gone_since(ctx: KubeContext[Settings], meta: dict[str, Any]) -> bool:
             if time.monotonic() >= deadline:
                 raise
             time.sleep(1.0)
-    return fresh is None or kv.meta(fresh).get("uid") != meta["uid"] or bool(kv.meta(fresh).get("deletionTimestamp"))
+    return _ended(fresh, meta)
 
 
 def halt_patch(vm: dict[str, Any], strategy: str) -> JsonPatch:

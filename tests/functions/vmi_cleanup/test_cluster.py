@@ -178,6 +178,54 @@ def test_a_delete_whose_answer_stays_lost_is_answered_unavailable(cluster, monke
     assert vmi_of(cluster, "lost2") is not None and events_on(cluster, "lost2") == []
 
 
+def test_a_delete_lost_on_its_way_is_sent_again_and_reported(cluster, monkeypatch):
+    """The DELETE's answer is lost and the re-read finds the VMI unchanged: the DELETE never arrived (or is still on
+    its way). A 503 would lose the notice if it were applied later; instead the function decides again on fresh
+    reads and sends the DELETE again, which is applied and reported."""
+    from functions.vmi_cleanup import handler
+
+    monkeypatch.setattr(handler, "LOST_ANSWER_WAIT", 2.0)
+    _, vmi = create_pair(cluster, "lost5")
+    lost = cluster.faults.add(method="DELETE", path="/virtualmachineinstances/lost5$", status=503,
+                              service_account="vmevents/vmi-cleanup")
+    try:
+        outcome = converge(vmi, context(cluster), delivery="ce-1")
+    finally:
+        cluster.faults.clear()
+    deletes = [r for r in cluster.requests if r.verb == "delete" and r.name == "lost5"]
+    assert lost.hits == 1 and len(deletes) == 2, "the DELETE was sent again"
+    assert outcome.effect == "deleted-vmi" and outcome.reply is not None
+    assert vmi_of(cluster, "lost5") is None
+    [event] = events_on(cluster, "lost5")
+    assert event["reason"] == "VMICleanedUp" and event["count"] == 1
+
+
+def test_a_delete_applied_after_the_reread_is_reported_by_the_delivery_that_sent_it(cluster, monkeypatch):
+    """The lost DELETE is applied late, after the re-read saw the VMI unchanged and before the DELETE sent again
+    arrives (kube-apiserver retried it once etcd was back): the second finds the VMI gone, and the delivery
+    reports the cleanup, for the first was its own. Before, it answered 503, and its redelivery found the VMI gone
+    with nothing to announce (issue 23's etcd scenario: "no notice")."""
+    from functions.vmi_cleanup import handler
+
+    monkeypatch.setattr(handler, "LOST_ANSWER_WAIT", 2.0)
+    _, vmi = create_pair(cluster, "lost6")
+    path = "/virtualmachineinstances/lost6$"
+
+    def late():  # on the DELETE sent again, just before it is served: the first one is applied
+        cluster.delete("kubevirt.io/v1", "VirtualMachineInstance", "default", "lost6")
+
+    cluster.faults.add(method="DELETE", path=path, status=503, service_account="vmevents/vmi-cleanup",
+                       call=lambda: cluster.faults.add(method="DELETE", path=path, kind="latency", delay=0.0,
+                                                       service_account="vmevents/vmi-cleanup", call=late))
+    try:
+        outcome = converge(vmi, context(cluster), delivery="ce-2")
+    finally:
+        cluster.faults.clear()
+    assert outcome.effect == "deleted-vmi" and outcome.reply is not None
+    [event] = events_on(cluster, "lost6")
+    assert event["reason"] == "VMICleanedUp" and event["count"] == 1
+
+
 def test_two_deliveries_whose_deletes_both_lost_their_answer_announce_the_cleanup_once(cluster, monkeypatch):
     """Two deliveries about one VMI read it before either DELETE, and both DELETEs lose their answer (etcd down):
     one was applied, and neither can tell whose. The first to record the Event since the VMI was made reports the
