@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import sys
 
-from controlplane import build
 from simcluster import play
 
 
@@ -23,7 +22,6 @@ class RealBackend:
     def __init__(self) -> None:
         from controlplane.server import ControlPlane
 
-        self.apiserversource_binary = build.ensure(build.KNATIVE) / "apiserver_receive_adapter"
         self.plane = ControlPlane().start(say=_say)
         self.knative = None
 
