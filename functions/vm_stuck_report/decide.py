@@ -89,6 +89,11 @@ def stuck(vm: Mapping | None, vmi: Mapping | None, vmim: Mapping | None, setting
     group = GROUPS.get(state)
     if group is None or state.startswith("Migration"):
         return Verdict(Action.SETTLED, f"the VM is {state or 'without a status'}")
+    if group == "starting" and vmi is not None and kv.phase(vmi) == "Running":
+        # KubeVirt prints Running (or Paused, Migrating, Stopping, Terminating) before any starting word whenever the
+        # VMI runs (setPrintableStatus, docs/facts.md §7): this status was written from an older VMI, as
+        # virt-controller does from a lagging cache after a restart, and its next sync rewrites it.
+        return Verdict(Action.SETTLED, f"the VM reads {state}, but its VMI is Running: the VM's status is behind")
     since, instance = _since(vm, vmi, group)
     if since is None:
         return Verdict(Action.WAIT, f"the VM is {state}, and nothing records since when (no live VMI, or a stop not "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 from functions.vm_stuck_report.decide import (
     Action,
@@ -88,6 +89,7 @@ def rescan(ctx: KubeContext[Settings], delivery: str) -> Outcome:
 
 def converge(found: Target, ctx: KubeContext[Settings], delivery: str = "", *, tick: bool = False) -> Outcome:
     """Read fresh, decide, and only for a VM stuck past its threshold read what explains it; record."""
+    looked = ctx.clock()  # before the reads: a finding resolved since is not reopened on them (Ledger.sighted)
     vmim = ctx.kube.get(VMIM, found.namespace, found.migration) if found.migration else None
     if found.migration and not found.name:  # a Reference-mode VMIM event: the VMIM names its VMI
         if vmim is None or not o.text(vmim, "spec", "vmiName"):
@@ -111,7 +113,7 @@ def converge(found: Target, ctx: KubeContext[Settings], delivery: str = "", *, t
                            reply=notice.reply())
     if verdict.action is Action.REPORT and verdict.stuck is not None and vm is not None:
         verdict = diagnose(read_facts(ctx, verdict.stuck, vm, vmi, vmim, events))
-    return act(verdict, found, vm, records, ctx, delivery, tick)
+    return act(verdict, found, vm, records, ctx, delivery, tick, looked)
 
 
 # -- parse: which VM is this event about? (no API calls) ------------------------------------------
@@ -188,7 +190,7 @@ def _records(events: list[dict], found: Target) -> list[Record]:
 
 
 def act(verdict: Verdict, found: Target, vm: dict | None, records: list[Record], ctx: KubeContext[Settings],
-        delivery: str, tick: bool) -> Outcome:
+        delivery: str, tick: bool, looked: datetime | None = None) -> Outcome:
     subject, now, ledger = _subject(found), ctx.clock(), _ledger(ctx)
     s = verdict.stuck
     episode = s.instance if verdict.action is Action.REPORT and s is not None else None
@@ -209,7 +211,7 @@ def act(verdict: Verdict, found: Target, vm: dict | None, records: list[Record],
     current = next((r for r in records if r.open and r.finding.key == episode), None)
     changed = current is not None and current.finding.details.get("cause") != opened.details.get("cause")
     notice = ledger.sighted(opened, vm, delivery, now, message=event_message(verdict, vm, found.migration),
-                            count=not tick, update=changed)
+                            count=not tick, update=changed, looked=looked)
     if notice is None:
         return Outcome(verdict.action.value, effect="seen-again", subject=subject, reason=verdict.reason,
                        reply=ended[0] if ended else None)

@@ -119,8 +119,11 @@ def test_a_finding_opened_across_a_kube_apiserver_crash_and_resolved_across_an_e
           f"outages failed {len(failed)}; virt-controller "
           + (f"exited {len(exits)} time(s), each restarted" if exits else "ran throughout"))
     assert failed, "the outages failed no tick: nothing was shown"
-    assert len(detected) == 1, [(n["key"], n.get("episode")) for n in detected]
-    assert len(resolved) == 1, [(n["key"], n.get("episode")) for n in resolved]
+    story = [(n["state"], n.get("episode"), {k: n.get("details", {}).get(k)
+                                             for k in ("state", "since", "cause", "checked", "because")})
+             for n in w.notices(name) + w.notices(name, "resolved")]
+    assert len(detected) == 1, story
+    assert len(resolved) == 1, story
     assert detected[0]["key"] == resolved[0]["key"]
     [event] = events
     assert event["reason"] == "VMStuck" and event["type"] == "Normal"
