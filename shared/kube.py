@@ -69,6 +69,11 @@ class Unavailable(TemporaryError, KubeError):
     """The API server is unreachable, throttling (429) or failing (5xx)."""
 
 
+class Throttled(Unavailable):
+    """429: the API server turned the request away before doing anything (max-in-flight, priority and fairness).
+    Unlike a 5xx or a lost answer, a write answered so was certainly not applied."""
+
+
 class Expired(PermanentError, KubeError):
     """410 Gone: a watch (or a continue token) from a resourceVersion the server no longer keeps. List again."""
 
@@ -90,6 +95,8 @@ def _error_for(status: int, message: str, retry_after: float | None, method: str
         return Conflict(f"{message} (a JSON-patch test failed: the object changed)")
     if status in (400, 422):
         return Invalid(message)
+    if status == 429:
+        return Throttled(message, retry_after=retry_after)
     return Unavailable(message, retry_after=retry_after)
 
 

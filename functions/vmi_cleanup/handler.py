@@ -22,7 +22,7 @@ from shared import rescan as rescans
 from shared.errors import TemporaryError
 from shared.findings import report, summary
 from shared.intake import Incoming, about, check_name, check_uid, may_concern
-from shared.kube import KUBEVIRT, NAMESPACE, VM, VMI, VMIM, Conflict, JsonPatch, Unavailable
+from shared.kube import KUBEVIRT, NAMESPACE, VM, VMI, VMIM, Conflict, JsonPatch, Throttled, Unavailable
 from shared.replies import Reply
 from shared.runtime import KubeContext, Outcome
 
@@ -233,6 +233,8 @@ def _act(verdict: Verdict, vmi: dict[str, Any], vm: dict[str, Any] | None, ctx: 
         try:
             gone = not ctx.kube.delete(VMI, meta["namespace"], meta["name"], uid=meta["uid"],
                                        resource_version=meta["resourceVersion"])
+        except Throttled:
+            raise  # turned away, not applied: the 503 carries the server's Retry-After back to the broker
         except Unavailable as lost:
             if not _gone_since(ctx, meta):
                 raise _InDoubt(f"{lost} (the DELETE's answer was lost and the VMI is still there)") from lost

@@ -200,6 +200,32 @@ def test_a_delete_lost_on_its_way_is_sent_again_and_reported(cluster, monkeypatc
     assert event["reason"] == "VMICleanedUp" and event["count"] == 1
 
 
+def test_a_delete_turned_away_with_429_is_not_sent_again_but_answered_with_its_retry_after(cluster, monkeypatch):
+    """A 429 is an answer, not a lost one: the DELETE was not applied, so it is not in doubt. The delivery answers
+    503 with the server's Retry-After for the broker to honour (the burst fault test holds it on the real backend),
+    rather than sending it again at once to a server that asked for a pause. The client is configured as a deployed
+    function's is (shared.kubeconfig.connect: urllib3 never retries a status itself)."""
+    from shared.kube import Throttled
+    from shared.kubeconfig import connect
+
+    _, vmi = create_pair(cluster, "throttled1")
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig(service_account="vmevents/vmi-cleanup")))
+    kube = connect()
+    ctx = KubeContext(FUNCTION, Settings(cleanup_after=timedelta(minutes=10)), lambda: NOW, kube,
+                      Recorder(kube, FUNCTION))
+    cluster.faults.add(method="DELETE", path="/virtualmachineinstances/throttled1$", status=429, retry_after=3,
+                       service_account="vmevents/vmi-cleanup")
+    try:
+        with pytest.raises(Throttled) as refused:
+            converge(vmi, ctx, delivery="ce-3")
+    finally:
+        cluster.faults.clear()
+    assert refused.value.retry_after == 3
+    assert len([r for r in cluster.requests if r.verb == "delete" and r.name == "throttled1"]) == 1
+    assert vmi_of(cluster, "throttled1") is not None and events_on(cluster, "throttled1") == []
+
+
 def test_a_delete_applied_after_the_reread_is_reported_by_the_delivery_that_sent_it(cluster, monkeypatch):
     """The lost DELETE is applied late, after the re-read saw the VMI unchanged and before the DELETE sent again
     arrives (kube-apiserver retried it once etcd was back): the second finds the VMI gone, and the delivery
