@@ -58,8 +58,10 @@ class Kubelet:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=10)
-        for pod in self.pods.values():
+        # A sync may be starting a pod (up to 10 s for its namespace, more on a loaded machine): wait for it, so that
+        # no pod it starts is left running with nobody to stop it (its Popen collected while the process runs).
+        self._thread.join(timeout=60)
+        for pod in list(self.pods.values()):
             pod.stop()
         self.proxy.stop()
 
@@ -175,6 +177,10 @@ class Kubelet:
             pod.stop()
             self._exited[key] = time.monotonic()
             return  # the old pod, if any, runs on
+        if self._stop.is_set():  # stopped while this pod started: stop() may have run its course already
+            self.proxy.forget(pod.netns)
+            pod.stop()
+            return
         self.pods[key], self._templates[key] = pod, template
         if old is not None:
             self.proxy.forget(old.netns)
