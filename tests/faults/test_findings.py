@@ -121,7 +121,7 @@ def test_a_finding_opened_across_a_kube_apiserver_crash_and_resolved_across_an_e
     assert failed, "the outages failed no tick: nothing was shown"
     story = [(n["state"], n.get("episode"), {k: n.get("details", {}).get(k)
                                              for k in ("state", "since", "cause", "checked", "because")})
-             for n in w.notices(name) + w.notices(name, "resolved")]
+             for n in detected + resolved]
     assert len(detected) == 1, story
     assert len(resolved) == 1, story
     assert detected[0]["key"] == resolved[0]["key"]
