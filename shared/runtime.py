@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import io
 import logging
 import os
 import reprlib
@@ -177,6 +178,10 @@ class FunctionApp:
                       outcome, status, started)
         return response
 
+    def in_front_of(self, behind: WsgiApp) -> Front:
+        """The WSGI app to serve in front of functions-framework's Flask app (`behind`): `Front`."""
+        return Front(self, behind)
+
     def _reply(self, reply: Reply) -> flask.Response:
         headers, body = reply.headers_and_body(self.name)
         return flask.Response(body, status=200, headers=headers)
@@ -219,6 +224,58 @@ class FunctionApp:
 
 IRRELEVANT = Outcome("irrelevant")
 
+WsgiApp = Callable[[dict, Callable[..., Any]], Any]
+# Werkzeug's headers for Flask's `Response(status=204)`: a 204 carries no Content-Length (gunicorn frames it).
+_NO_CONTENT = "204 NO CONTENT"  # werkzeug spells a status in capitals
+_NO_CONTENT_HEADERS = [("Content-Type", "text/html; charset=utf-8")]
+_ROOT = ("/", "")
+
+
+class Front:
+    """The WSGI middleware that answers, before Flask, an event the function's prefilter rules out: the
+    irrelevant event, nearly every event a function receives (docs/hot-path.md).
+
+    Flask's request dispatch (a request context, URL routing, the view, a Response object, functions-framework's
+    execution id and its after-request read of the body) costs more than anything a prefilter does, and an
+    irrelevant event uses none of it. So a POST to / with a Content-Length is read here, and `FunctionApp`'s own
+    shortcut is taken here: the same prefilter on the same environ and body, the same envelope check, the same 204
+    with werkzeug's headers and the same log line. Everything else goes on to Flask (`behind`) unchanged, with
+    the body put back: an event the prefilter lets through (it is decoded and handled there), a prefilter that
+    raises or an envelope that fails the check (answered there, 400 and its sentence, by the one error mapping),
+    a probe, another path, a chunked body. It decides nothing of its own: tests/shared/test_hotpath.py holds its
+    answers to Flask's on ordinary and hostile events."""
+
+    __slots__ = ("app", "behind")
+
+    def __init__(self, app: FunctionApp, behind: WsgiApp):
+        self.app, self.behind = app, behind
+
+    def __call__(self, environ: dict, start_response: Callable[..., Any]) -> Any:
+        started = time.perf_counter_ns()
+        get = environ.get
+        app = self.app
+        length = get("CONTENT_LENGTH")
+        if (get("REQUEST_METHOD") != "POST" or get("PATH_INFO") not in _ROOT or app.prefilter is None
+                or not length or not length.isdecimal() or "HTTP_TRANSFER_ENCODING" in environ):
+            return self.behind(environ, start_response)
+        try:
+            body = environ["wsgi.input"].read(int(length))
+        except Exception:  # noqa: BLE001 - the sender went away mid-body: Flask's read fails the same way, mapped
+            return self.behind(environ, start_response)
+        try:
+            ruled = app.prefilter(intake.EnvironCe(environ), body, app.context.settings)
+        except Exception:  # noqa: BLE001 - answered behind, where the same call raises again and is mapped
+            ruled = True
+        if ((ruled is False or (ruled.__class__ is Outcome and ruled.reply is None))
+                and get("HTTP_CE_SPECVERSION") == "1.0" and get("HTTP_CE_ID") and get("HTTP_CE_SOURCE")
+                and get("HTTP_CE_TYPE")):
+            start_response(_NO_CONTENT, _NO_CONTENT_HEADERS.copy())
+            app._log(get("HTTP_CE_ID"), get("HTTP_CE_TYPE"), get("HTTP_CE_SUBJECT"),
+                     IRRELEVANT if ruled is False else ruled, 204, started)
+            return ()
+        environ["wsgi.input"] = io.BytesIO(body)
+        return self.behind(environ, start_response)
+
 
 def _recorder(kube: Kube, name: str) -> Recorder:
     from shared.recorder import Recorder
@@ -243,6 +300,11 @@ def start(name: str, on_event: Handler, load_settings: Callable[[Mapping[str, st
         sys.stderr.write(f"{name}: cannot start: {exc}\n")
         raise SystemExit(2) from None
     app = FunctionApp(name, on_event, settings, kube, prefilter=prefilter)
+    if prefilter is not None and flask.has_app_context():
+        # Started by functions-framework's create_app, which runs the function's module in its app's context:
+        # answer the irrelevant events in front of that app (`Front`), as it puts its own middleware there.
+        served = flask.current_app._get_current_object()  # type: ignore[attr-defined]
+        served.wsgi_app = app.in_front_of(served.wsgi_app)
     # Everything loaded so far (the kubernetes client alone is a few hundred thousand objects) lives
     # as long as the process: keep the cyclic GC from re-scanning it while events stream in.
     gc.freeze()

@@ -7,6 +7,7 @@ Each shortcut is checked against the way it replaces, on ordinary and hostile in
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ import sys
 import pytest
 from werkzeug.test import EnvironBuilder
 
+from bench import events as bench_events
 from shared import intake, runtime, wsgi
 from shared.errors import BadEvent
 
@@ -516,3 +518,200 @@ def test_alert_forwarders_remembered_severities_answer_what_given_severity_answe
             body = _json(_finding(severity))
             assert _answer(fast, _FINDING, body, monkeypatch) == _answer(slow, _FINDING, body, monkeypatch), severity
     assert len(handler._GIVEN) == 64 and set(handler._GIVEN.values()) <= {"info", "warning"}
+
+
+# -- Front: the irrelevant event answered before Flask, as Flask answers it --------------------------------------------
+_FUNCTIONS_WITH_A_PREFILTER = sorted(set(bench_events.IRRELEVANT) - {bench_events.NOOP.function})
+
+
+def _wsgi(app, environ: dict) -> tuple:
+    """What a WSGI server sends for this environ: the status, the headers and the body."""
+    said: list = []
+    chunks = app(environ, lambda status, headers, exc_info=None: said.append((status, list(headers))))
+    try:
+        body = b"".join(chunks)
+    finally:
+        getattr(chunks, "close", lambda: None)()
+    (status_headers,) = said
+    return (*status_headers, body)
+
+
+def _request(headers: dict, body: bytes, *, method="POST", path="/", **environ_changes) -> dict:
+    env = EnvironBuilder(method=method, path=path, headers=headers, data=body).get_environ()
+    env.update(environ_changes)
+    return {k: v for k, v in env.items() if v is not None}
+
+
+class _Behind:
+    """Flask behind the front, noting what it was given."""
+
+    def __init__(self, flask_app):
+        self.flask_app, self.given = flask_app, []
+
+    def __call__(self, environ, start_response):
+        self.given.append((dict(environ), environ["wsgi.input"].read()))
+        environ["wsgi.input"] = io.BytesIO(self.given[-1][1])
+        return self.flask_app(environ, start_response)
+
+
+def _front_and_flask(front, make_environ, monkeypatch) -> tuple:
+    """(whether the front answered itself, its answer and log lines, Flask's to the same request)."""
+    written: list[bytes] = []
+    monkeypatch.setattr(runtime, "_emit", written.append)
+    behind = _Behind(front.behind)
+    monkeypatch.setattr(front, "behind", behind)
+    env = make_environ()
+    sent = env["wsgi.input"].getvalue()
+    if (env.get("CONTENT_LENGTH") or "").isdecimal():  # what a reader of the request reads of it
+        sent = sent[:int(env["CONTENT_LENGTH"])]
+    answered = _wsgi(front, env)
+    front_lines = [_without_duration(line) for line in written]
+    written.clear()
+    flask_answer = _wsgi(behind.flask_app, make_environ())
+    flask_lines = [_without_duration(line) for line in written]
+    itself = not behind.given
+    if not itself:  # passed on whole: the same environ, the body as sent, once
+        ((given, body),) = behind.given
+        assert body == sent
+        assert given["REQUEST_METHOD"] == env["REQUEST_METHOD"] and given["PATH_INFO"] == env["PATH_INFO"]
+    return itself, (answered, front_lines), (flask_answer, flask_lines)
+
+
+def _without_duration(line: bytes) -> dict:
+    logged = json.loads(line)
+    logged.pop("duration_ms", None)
+    return logged
+
+
+@pytest.fixture
+def front_of(serve):
+    """front_of(function): the Front functions-framework serves the function behind (bench.events' settings)."""
+    from bench.events import IRRELEVANT
+
+    def make(function: str):
+        case = IRRELEVANT[function]
+        served = serve(os.path.join(REPO, case.source), (), **case.settings).application
+        assert isinstance(served.wsgi_app, runtime.Front)
+        return served.wsgi_app
+    return make
+
+
+def _hostile(headers: dict, body: bytes) -> list[tuple[str, object, bool]]:
+    """(what, the environ it makes, whether the front answers it itself) for one function's irrelevant event."""
+    def drop(*names):
+        return {k: v for k, v in headers.items() if k not in names}
+    return [
+        ("as sent", lambda: _request(headers, body), True),
+        ("no source", lambda: _request(drop("ce-source"), body), False),               # 400 behind
+        ("no id", lambda: _request(drop("ce-id"), body), False),
+        ("empty type", lambda: _request({**headers, "ce-type": ""}, body), False),
+        ("specversion 0.3", lambda: _request({**headers, "ce-specversion": "0.3"}, body), False),
+        ("no specversion", lambda: _request(drop("ce-specversion"), body), False),
+        ("GET", lambda: _request(headers, b"", method="GET"), False),
+        ("HEAD", lambda: _request(headers, b"", method="HEAD"), False),
+        ("PUT", lambda: _request(headers, body, method="PUT"), False),
+        ("another path", lambda: _request(headers, body, path="/other"), False),
+        ("chunked", lambda: _request(headers, body, CONTENT_LENGTH=None, HTTP_TRANSFER_ENCODING="chunked"), False),
+        ("no length", lambda: _request(headers, body, CONTENT_LENGTH=None), False),
+        ("signed length", lambda: _request(headers, body, CONTENT_LENGTH=f"+{len(body)}"), False),
+        ("wordy length", lambda: _request(headers, body, CONTENT_LENGTH="many"), False),
+        # the body cut short (its JSON unfinished): as the prefilter rules on what the length lets be read
+        ("short length", lambda: _request(headers, body, CONTENT_LENGTH=str(len(body) // 2)), None),
+        ("structured", lambda: _request({"Content-Type": "application/cloudevents+json"}, json.dumps(
+            {"specversion": "1.0", "id": "1", "source": "s", "type": headers.get("ce-type"),
+             "data": json.loads(body)}).encode()), False),
+    ]
+
+
+@pytest.mark.parametrize("function", _FUNCTIONS_WITH_A_PREFILTER)
+def test_the_front_answers_what_flask_answers_or_passes_the_request_on_whole(function, front_of, monkeypatch):
+    from bench.events import IRRELEVANT
+
+    headers, body = IRRELEVANT[function].event()
+    front = front_of(function)
+    for what, make_environ, answers_itself in _hostile(headers, body):
+        itself, (answered, front_lines), (flask_answer, flask_lines) = _front_and_flask(front, make_environ,
+                                                                                         monkeypatch)
+        assert itself == answers_itself or answers_itself is None, what
+        assert answered == flask_answer and front_lines == flask_lines, what
+        assert len(flask_lines) == (0 if what in ("GET", "HEAD", "PUT") else 1), what
+        if what == "as sent":
+            assert answered[0] == "204 NO CONTENT" and flask_lines[0]["verdict"] == IRRELEVANT[function].verdict
+        if what.startswith("no ") and what != "no length":
+            assert answered[0].startswith("400"), what
+
+
+@pytest.mark.parametrize("function", ["vmi-cleanup", "alert-forwarder"])
+def test_a_prefilter_that_raises_or_a_body_that_cannot_be_read_goes_to_flask(function, front_of, monkeypatch):
+    from bench.events import IRRELEVANT
+
+    headers, body = IRRELEVANT[function].event()
+    front = front_of(function)
+
+    def raises(*_):
+        raise ValueError("a prefilter's own bug")
+    monkeypatch.setattr(front.app, "prefilter", raises)
+    itself, (answered, front_lines), (flask_answer, flask_lines) = _front_and_flask(
+        front, lambda: _request(headers, body), monkeypatch)
+    assert not itself and answered == flask_answer and front_lines == flask_lines
+    assert answered[0].startswith("500") and flask_lines[0]["verdict"] == "error"
+
+    class Gone:
+        def read(self, *_):
+            raise OSError("the sender went away")
+    behind = _Behind(lambda environ, start_response: start_response("400 Bad Request", []) or [b""])
+    monkeypatch.setattr(front, "behind", behind)
+    stream = Gone()
+    env = _request(headers, body)
+    env["wsgi.input"] = stream
+    with pytest.raises(OSError):  # _Behind reads it again: the stream was handed on untouched
+        _wsgi(front, env)
+    assert env["wsgi.input"] is stream
+
+
+@pytest.mark.parametrize("headers, body, floor, shortcut", _ALERT_CASES)
+def test_alert_forwarders_front_answers_what_flask_answers(serve, monkeypatch, headers, body, floor, shortcut):
+    from functions.alert_forwarder.main import FUNCTION  # noqa: F401 - the module the front is made of
+
+    served = serve(os.path.join(REPO, "functions/alert_forwarder/main.py"), (), MIN_SEVERITY=floor).application
+    itself, front_answer, flask_answer = _front_and_flask(served.wsgi_app, lambda: _request(headers, body),
+                                                          monkeypatch)
+    assert front_answer == flask_answer
+    envelope = headers.get("ce-specversion") == "1.0" and all(headers.get(h) for h in ("ce-id", "ce-source",
+                                                                                          "ce-type"))
+    assert itself == (shortcut and envelope)
+
+
+@pytest.mark.parametrize("kind", ["VirtualMachine", "VirtualMachineInstance", "Pod"])
+@pytest.mark.parametrize("name, body", _VM_BODIES, ids=[name for name, _ in _VM_BODIES])
+def test_device_conflicts_front_answers_what_flask_answers(front_of, monkeypatch, name, body, kind):
+    from functions.device_conflict.handler import worth_decoding
+    from functions.device_conflict.settings import Settings
+
+    body = _bench_vm() if body is None else body
+    headers = {**GOOD, "ce-kind": kind}
+    itself, front_answer, flask_answer = _front_and_flask(front_of("device-conflict"),
+                                                          lambda: _request(headers, body), monkeypatch)
+    assert front_answer == flask_answer
+    # an empty body comes without a Content-Length (werkzeug's test environ): Flask answers it
+    assert itself == (worth_decoding(headers, body, Settings()) is False and body != b"")
+
+
+def test_a_front_is_put_only_before_functions_frameworks_app_and_only_with_a_prefilter(serve):
+    import flask
+
+    def start(prefilter):
+        return runtime.start("f", lambda *_: runtime.IRRELEVANT, lambda env: None, {}, needs_kube=False,
+                             prefilter=prefilter)
+    assert not flask.has_app_context()
+    start(lambda *_: False)  # not served by functions-framework: nothing to be in front of, and no error
+    made = flask.Flask(__name__)
+    plain = made.wsgi_app
+    with made.app_context():
+        start(None)
+    assert made.wsgi_app == plain
+    with made.app_context():
+        app = start(lambda *_: False)
+    assert isinstance(made.wsgi_app, runtime.Front) and made.wsgi_app.behind == plain and made.wsgi_app.app is app
+    dead_letter = serve(os.path.join(REPO, "functions/dead_letter/main.py")).application
+    assert not isinstance(dead_letter.wsgi_app, runtime.Front)  # dead-letter has no prefilter: Flask answers all
