@@ -5,6 +5,7 @@ in-process driver (bench/inprocess.py) and the instruction-count test answer the
 
 - vmi-cleanup and io-pause-report: a Running VMI's status update (the update a cluster sends most);
 - device-conflict: a VM without a device whose status KubeVirt wrote (observedGeneration = generation);
+- vm-stuck-report: the same Running VM's status write (it names no state a VM is stuck in);
 - migration-report: a migration still under way;
 - alert-forwarder: an info finding below MIN_SEVERITY (dropped, delivered nowhere);
 - dead-letter has no irrelevant event (everything it gets is logged at error level), so it is not here.
@@ -105,6 +106,7 @@ IRRELEVANT: dict[str, Case] = {case.function: case for case in (
     Case("device-conflict", "functions/device_conflict/main.py", _plain_vm),
     Case("migration-report", "functions/migration_report/main.py", _running_vmim),
     Case("io-pause-report", "functions/io_pause_report/main.py", _running_vmi),
+    Case("vm-stuck-report", "functions/vm_stuck_report/main.py", _plain_vm),
     Case("alert-forwarder", "functions/alert_forwarder/main.py", _info_finding,
          settings={"WEBHOOK_URL": "http://127.0.0.1:9/hook"}, verdict="drop"),
 )}
