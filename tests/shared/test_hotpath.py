@@ -671,8 +671,6 @@ def test_a_prefilter_that_raises_or_a_body_that_cannot_be_read_goes_to_flask(fun
 
 @pytest.mark.parametrize("headers, body, floor, shortcut", _ALERT_CASES)
 def test_alert_forwarders_front_answers_what_flask_answers(serve, monkeypatch, headers, body, floor, shortcut):
-    from functions.alert_forwarder.main import FUNCTION  # noqa: F401 - the module the front is made of
-
     served = serve(os.path.join(REPO, "functions/alert_forwarder/main.py"), (), MIN_SEVERITY=floor).application
     itself, front_answer, flask_answer = _front_and_flask(served.wsgi_app, lambda: _request(headers, body),
                                                           monkeypatch)
