@@ -148,11 +148,7 @@ class FunctionApp:
             body = request.get_data()
             ruled = self.prefilter(intake.EnvironCe(environ), body, self.context.settings) if self.prefilter else True
             if ruled is False or ruled.__class__ is Outcome:
-                # A valid envelope (the data is not decoded by the runtime): wsgi.check_binary_environ, spelt out.
-                get = environ.get
-                if get("HTTP_CE_SPECVERSION") != "1.0" or not (get("HTTP_CE_ID") and get("HTTP_CE_SOURCE")
-                                                                and get("HTTP_CE_TYPE")):
-                    wsgi.check_binary_environ(environ)  # raises, with the sentence that says which
+                wsgi.check_binary_environ(environ)  # a valid envelope: the data is not decoded by the runtime
                 outcome = IRRELEVANT if ruled is False else ruled
             else:
                 event = intake.parse_environ(environ, body)
@@ -177,10 +173,6 @@ class FunctionApp:
             self._log(environ.get("HTTP_CE_ID"), environ.get("HTTP_CE_TYPE"), environ.get("HTTP_CE_SUBJECT"),
                       outcome, status, started)
         return response
-
-    def in_front_of(self, behind: WsgiApp) -> Front:
-        """The WSGI app to serve in front of functions-framework's Flask app (`behind`): `Front`."""
-        return Front(self, behind)
 
     def _reply(self, reply: Reply) -> flask.Response:
         headers, body = reply.headers_and_body(self.name)
@@ -266,9 +258,7 @@ class Front:
             ruled = app.prefilter(intake.EnvironCe(environ), body, app.context.settings)
         except Exception:  # noqa: BLE001 - answered behind, where the same call raises again and is mapped
             ruled = True
-        if ((ruled is False or (ruled.__class__ is Outcome and ruled.reply is None))
-                and get("HTTP_CE_SPECVERSION") == "1.0" and get("HTTP_CE_ID") and get("HTTP_CE_SOURCE")
-                and get("HTTP_CE_TYPE")):
+        if (ruled is False or (ruled.__class__ is Outcome and ruled.reply is None)) and wsgi.binary_envelope(environ):
             start_response(_NO_CONTENT, _NO_CONTENT_HEADERS.copy())
             app._log(get("HTTP_CE_ID"), get("HTTP_CE_TYPE"), get("HTTP_CE_SUBJECT"),
                      IRRELEVANT if ruled is False else ruled, 204, started)
@@ -304,7 +294,7 @@ def start(name: str, on_event: Handler, load_settings: Callable[[Mapping[str, st
         # Started by functions-framework's create_app, which runs the function's module in its app's context:
         # answer the irrelevant events in front of that app (`Front`), as it puts its own middleware there.
         served = flask.current_app._get_current_object()  # type: ignore[attr-defined]
-        served.wsgi_app = app.in_front_of(served.wsgi_app)
+        served.wsgi_app = Front(app, served.wsgi_app)
     # Everything loaded so far (the kubernetes client alone is a few hundred thousand objects) lives
     # as long as the process: keep the cyclic GC from re-scanning it while events stream in.
     gc.freeze()

@@ -13,12 +13,18 @@ from typing import Any
 
 from shared.intake import EnvironCe, check_binary, environ_key
 
-__all__ = ["EnvironCe", "check_binary_environ", "environ_key"]
+__all__ = ["EnvironCe", "binary_envelope", "check_binary_environ", "environ_key"]
+
+
+def binary_envelope(environ: Mapping[str, Any]) -> bool:
+    """Whether the environ holds a valid binary-mode envelope (specversion 1.0, an id, a source, a type): what
+    `check_binary` accepts, without its sentence (tests/shared/test_hotpath.py holds the two together)."""
+    get = environ.get
+    return bool(get("HTTP_CE_SPECVERSION") == "1.0" and get("HTTP_CE_ID") and get("HTTP_CE_SOURCE")
+                and get("HTTP_CE_TYPE"))
 
 
 def check_binary_environ(environ: Mapping[str, Any]) -> None:
     """`check_binary` of the headers in a WSGI environ, read where the server put them."""
-    get = environ.get
-    if get("HTTP_CE_SPECVERSION") != "1.0" or not (get("HTTP_CE_ID") and get("HTTP_CE_SOURCE")
-                                                    and get("HTTP_CE_TYPE")):
+    if not binary_envelope(environ):
         check_binary(EnvironCe(environ))  # raises, with the sentence that says which

@@ -61,8 +61,10 @@ def test_checking_the_envelope_in_the_environ_is_check_binary(headers):
         with pytest.raises(BadEvent) as fast:
             wsgi.check_binary_environ(env)
         assert fast.value.message == exc.message
+        assert wsgi.binary_envelope(env) is False
     else:
         wsgi.check_binary_environ(env)
+        assert wsgi.binary_envelope(env) is True
 
 
 def _parsed(parse, *args):
@@ -586,10 +588,8 @@ def _without_duration(line: bytes) -> dict:
 @pytest.fixture
 def front_of(serve):
     """front_of(function): the Front functions-framework serves the function behind (bench.events' settings)."""
-    from bench.events import IRRELEVANT
-
     def make(function: str):
-        case = IRRELEVANT[function]
+        case = bench_events.IRRELEVANT[function]
         served = serve(os.path.join(REPO, case.source), (), **case.settings).application
         assert isinstance(served.wsgi_app, runtime.Front)
         return served.wsgi_app
@@ -625,9 +625,8 @@ def _hostile(headers: dict, body: bytes) -> list[tuple[str, object, bool]]:
 
 @pytest.mark.parametrize("function", _FUNCTIONS_WITH_A_PREFILTER)
 def test_the_front_answers_what_flask_answers_or_passes_the_request_on_whole(function, front_of, monkeypatch):
-    from bench.events import IRRELEVANT
-
-    headers, body = IRRELEVANT[function].event()
+    case = bench_events.IRRELEVANT[function]
+    headers, body = case.event()
     front = front_of(function)
     for what, make_environ, answers_itself in _hostile(headers, body):
         itself, (answered, front_lines), (flask_answer, flask_lines) = _front_and_flask(front, make_environ,
@@ -636,16 +635,14 @@ def test_the_front_answers_what_flask_answers_or_passes_the_request_on_whole(fun
         assert answered == flask_answer and front_lines == flask_lines, what
         assert len(flask_lines) == (0 if what in ("GET", "HEAD", "PUT") else 1), what
         if what == "as sent":
-            assert answered[0] == "204 NO CONTENT" and flask_lines[0]["verdict"] == IRRELEVANT[function].verdict
+            assert answered[0] == "204 NO CONTENT" and flask_lines[0]["verdict"] == case.verdict
         if what.startswith("no ") and what != "no length":
             assert answered[0].startswith("400"), what
 
 
 @pytest.mark.parametrize("function", ["vmi-cleanup", "alert-forwarder"])
 def test_a_prefilter_that_raises_or_a_body_that_cannot_be_read_goes_to_flask(function, front_of, monkeypatch):
-    from bench.events import IRRELEVANT
-
-    headers, body = IRRELEVANT[function].event()
+    headers, body = bench_events.IRRELEVANT[function].event()
     front = front_of(function)
 
     def raises(*_):
