@@ -11,8 +11,11 @@ import textwrap
 from localknative.serving import stop_group
 
 # A leader that, on SIGINT, sends its child SIGTERM and exits once the child has; the child records each signal.
+# The leader waits 0.3 s before it sends: a signal to the whole group reaches the child first even when the sender
+# is descheduled between the group's members (in a loaded rehearsal the child once recorded the leader's SIGTERM
+# before the group's SIGINT).
 LEADER = textwrap.dedent("""
-    import signal, subprocess, sys
+    import signal, subprocess, sys, time
     child = subprocess.Popen([sys.executable, "-c", '''
     import signal, sys, time
     def record(sig, _):
@@ -27,6 +30,7 @@ LEADER = textwrap.dedent("""
     ''', sys.argv[1]], stdout=subprocess.PIPE, text=True)
     child.stdout.readline()
     def stop(*_):
+        time.sleep(0.3)
         child.terminate()
         child.wait()
         sys.exit(0)
