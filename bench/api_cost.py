@@ -32,7 +32,8 @@ from typing import Any
 from bench import naive
 from bench.population import Plan, populate
 from shared import intake
-from shared.kube import EVENT, VM, VMI, VMIM, Kind, Kube
+from shared.kinds import EVENT, VM, VMI, VMIM, Kind
+from shared.kube import Kube
 from shared.recorder import Recorder
 from shared.runtime import KubeContext, Outcome, utcnow
 

@@ -20,7 +20,7 @@ from functions.vmi_cleanup import handler as cleanup
 from shared import kubevirt as kv
 from shared import objects as o
 from shared.errors import TemporaryError
-from shared.kube import EVENT, VM, VMI, VMIM
+from shared.kinds import EVENT, VM, VMI, VMIM
 from shared.runtime import KubeContext
 
 

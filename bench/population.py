@@ -18,7 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from shared.kube import EVENT, VM, VMI, VMIM, Kube
+from shared.kinds import EVENT, VM, VMI, VMIM
+from shared.kube import Kube
 from simcluster.builders.devices import host_device, seed_vm1, seed_vm2
 from simcluster.builders.io_pause import kubevirt_event
 from simcluster.kubevirt import vmi_from_vm

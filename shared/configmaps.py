@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from shared.kube import Kind, Kube
+from shared.kinds import Kind
+from shared.kube import Kube
 
 CONFIG_MAP = Kind("v1", "ConfigMap", "configmaps")
 

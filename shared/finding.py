@@ -1,5 +1,5 @@
 """The one finding schema (docs/findings.md): what a finding is, as every reply carries it, and the one summary
-shape of a reply that carries several. shared/findings.py keeps a finding's life; this module is pure."""
+shape of a reply that carries several. shared/ledger.py keeps a finding's life; this module is pure."""
 from __future__ import annotations
 
 import hashlib

@@ -16,7 +16,8 @@ import time
 from datetime import datetime
 
 from shared.errors import VmeventsError
-from shared.kube import EVENT, Conflict, Forbidden, Kube
+from shared.kinds import EVENT
+from shared.kube import Conflict, Forbidden, Kube
 
 log = logging.getLogger("vmevents.recorder")
 COUNT_ATTEMPTS = 8

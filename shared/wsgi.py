@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from shared.intake import EnvironCe, check_binary, environ_key
+from shared.environ import EnvironCe, environ_key
+from shared.intake import check_binary
 
 __all__ = ["EnvironCe", "binary_envelope", "check_binary_environ", "environ_key"]
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from functions.alert_forwarder import wording
-from functions.alert_forwarder.finding import PREFIX, Finding
+from functions.alert_forwarder.received import PREFIX, Received
 from functions.alert_forwarder.settings import FUNCTION, SEVERITIES, Settings
 
 _SEVERITY_ALIASES = {"informational": "info", "notice": "info", "warn": "warning", "error": "critical",
@@ -55,7 +55,7 @@ TABLE: dict[str, Kind] = {
 }
 
 
-def kind_of(finding: Finding) -> Kind:
+def kind_of(finding: Received) -> Kind:
     """The table's row, or for a category it does not know (a new finding reaching operators before this
     table knows it) an alert named after its function and category, with the finding's own severity."""
     known = TABLE.get(finding.category)
@@ -66,7 +66,7 @@ def kind_of(finding: Finding) -> Kind:
     return Kind(f"Vmevents{camel}", "warning", "other-findings")
 
 
-def severity_of(finding: Finding, kind: Kind) -> str:
+def severity_of(finding: Received, kind: Kind) -> str:
     return given_severity(finding.severity) or kind.severity
 
 
@@ -112,7 +112,7 @@ class Verdict:
     alerts: tuple[Alert, ...] = field(default=())
 
 
-def to_alert(finding: Finding, settings: Settings, now: datetime) -> tuple[Alert, str]:
+def to_alert(finding: Received, settings: Settings, now: datetime) -> tuple[Alert, str]:
     """The alert for one finding and its severity. Its labels are the finding's identity (with the digest
     that makes it this finding's alone). A detected finding's alert ends ALERT_VALID_FOR from now: every tick
     re-posts it while its record is open (refresh), as Prometheus re-sends an active alert. A resolved one
@@ -152,7 +152,7 @@ def one_per_labels(alerts: list[Alert]) -> tuple[Alert, ...]:
     return tuple(kept.values())
 
 
-def decide(event_type: str, found: list[Finding], settings: Settings, now: datetime) -> Verdict:
+def decide(event_type: str, found: list[Received], settings: Settings, now: datetime) -> Verdict:
     """Which alerts to send for these findings."""
     if event_type.startswith(f"{PREFIX}{FUNCTION}."):
         return Verdict("drop", "alert-forwarder's own event (never forwarded: no loop)")
@@ -177,7 +177,7 @@ def decide(event_type: str, found: list[Finding], settings: Settings, now: datet
     return Verdict("forward", f"{state}: {listed}{dropped}", tuple(alerts))
 
 
-def refresh(on_record: list[Finding], settings: Settings, now: datetime) -> Verdict:
+def refresh(on_record: list[Received], settings: Settings, now: datetime) -> Verdict:
     """A tick: what Alertmanager must hold, from the findings on record (the ledger is the truth). Every open
     one is re-posted firing; one resolved within ALERT_RESOLVED_FOR is re-posted resolved (Prometheus re-sends
     a resolved alert for 15 minutes: rules/alerting.go resolvedRetention), so an Alertmanager that restarted,

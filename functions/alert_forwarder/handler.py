@@ -1,7 +1,7 @@
 """alert-forwarder's I/O: deliver the other functions' findings to Alertmanager and webhooks, where
 operators already look, and keep Alertmanager's alerts in step with the findings on record.
 
-Reads top to bottom: parse (which findings a reply event carries; finding.py) → decide (pure: the
+Reads top to bottom: parse (which findings a reply event carries; received.py) → decide (pure: the
 alerts, or a drop with its reason) → act (POST to every configured receiver) → report (the log
 line). A PingSource tick is a refresh: the findings on record (every function's finding Events, from
 the watch cache: its one API call) are re-posted to Alertmanager, as Prometheus re-sends its alerts,
@@ -18,13 +18,15 @@ import orjson
 
 from functions.alert_forwarder import wording
 from functions.alert_forwarder.decide import Alert, below_threshold, decide, given_severity, one_per_labels, refresh
-from functions.alert_forwarder.finding import PREFIX, findings, on_record
+from functions.alert_forwarder.received import PREFIX, findings, on_record
 from functions.alert_forwarder.settings import FUNCTION, SEVERITIES, Settings, read_headers, read_token
 from functions.alert_forwarder.transport import ReceiverRefused
 from functions.alert_forwarder.transport import post as _post
+from shared.environ import environ_get
 from shared.errors import TemporaryError, VmeventsError, longest_retry_after
-from shared.findings import RESOLVED, every_record
-from shared.intake import MAX_SUBJECT, Incoming, environ_get
+from shared.finding import RESOLVED
+from shared.intake import MAX_SUBJECT, Incoming
+from shared.ledger import every_record
 from shared.runtime import KubeContext, Outcome
 
 

@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from functions.alert_forwarder.finding import Finding
+from functions.alert_forwarder.received import Received
 from functions.alert_forwarder.settings import FUNCTION, Settings
 from shared.finding import FINDING_LABEL
 from shared.intake import Incoming
@@ -18,7 +18,7 @@ MAX_TEXT = 2900  # a Slack section's text is limited to 3000 characters
 
 
 # -- summary and description, from the schema alone -------------------------------------------------
-def advice(finding: Finding) -> str:
+def advice(finding: Received) -> str:
     return "\n".join(f"- {_step(item)}" for item in finding.advice if item)
 
 
@@ -37,7 +37,7 @@ def paragraphs(*parts: str | None) -> str:
     return "\n\n".join(part for part in parts if part)
 
 
-def summary(f: Finding) -> str:
+def summary(f: Received) -> str:
     """The finding's own sentence; failing that, one made of its category and identity."""
     if f.summary:
         return f.summary
@@ -45,7 +45,7 @@ def summary(f: Finding) -> str:
     return f"{f.category} {what} on {identity(f.identity)} ({f.function or 'vmevents'})."
 
 
-def description(f: Finding) -> str:
+def description(f: Received) -> str:
     """The advice, then the category, the state and the finding's plain details, whatever the producer put there."""
     facts = [f"{key}: {_plain(value)}" for key, value in sorted(f.details.items()) if _plain(value)]
     head = f"Category: {f.category}; state: {f.state}."

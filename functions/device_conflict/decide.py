@@ -7,7 +7,7 @@ powers itself off, its pod completes and frees the device, vm2 is created naming
 and starts, and vm1 can no longer start ("0/1 nodes are available: 1 Insufficient
 intel.com/82599_ETHERNET_CONTROLLER_VIRTUAL_FUNCTION").
 
-A conflict is a finding (shared/findings.py keeps its life in the cluster): its identity is its
+A conflict is a finding (shared/ledger.py keeps its life in the cluster): its identity is its
 category, the first VM it keeps from starting, and its key. A re-scan compares the conflicts it finds
 now with the findings still open; one that is gone is resolved.
 """

@@ -3,7 +3,7 @@
 This function never changes a VM: it reports, with a Warning Event on each VM involved and a reply
 CloudEvent. Reads top to bottom: an event → parse (is it worth a look, with no API call) → fetch
 (the VMs that share a device with the event's VM, and their VMIs, one GET each, folded into the small
-index of index.py) → decide (pure) → report (the finding's life, shared/findings.py: a reply only when a
+index of index.py) → decide (pure) → report (the finding's life, shared/ledger.py: a reply only when a
 conflict opens or ends). A PingSource tick is a re-scan: every VM and VMI, and the conflicts still open,
 so that a conflict that ended is said to have ended and one that lasts outlives its Event's TTL.
 Both keep the parameter object current (which VM each device is assigned to, assignment.py), which
@@ -32,9 +32,11 @@ from functions.device_conflict.index import (
 )
 from functions.device_conflict.settings import FUNCTION, Settings
 from shared import kubevirt as kv
+from shared.environ import environ_get
 from shared.errors import VmeventsError
-from shared.findings import Ledger, Notice, Record, one_or_summary, summary
-from shared.intake import RESOURCE_PREFIX, Incoming, about, environ_get
+from shared.finding import one_or_summary, summary
+from shared.intake import RESOURCE_PREFIX, Incoming, about
+from shared.ledger import Ledger, Notice, Record
 from shared.runtime import KubeContext, Outcome
 
 REASON = "HostDeviceConflict"
@@ -86,7 +88,7 @@ def repair(ctx: KubeContext[Settings], delivery: str, base: reads.Stored | None)
     """Every VM and VMI, page by page: catches missed events, and repairs the parameter object (`base` was
     read before the LISTs, so that what events wrote meanwhile is kept). It always writes the object once, to
     stamp reads.REPAIRED_AT, which is what makes the next ticks light. The findings on record are read before
-    the LISTs (shared/findings.py, Races): one an event opens while the pages are read is not among them, so this
+    the LISTs (shared/ledger.py, Races): one an event opens while the pages are read is not among them, so this
     repair, whose view is older than it, cannot resolve it."""
     ledger = _ledger(ctx)
     on_record = list(ledger.records(state=None))
@@ -293,7 +295,7 @@ def _vmi_worth_a_look(vmi: dict, settings: Settings, now: datetime) -> bool:
     return since is None or now - since <= settings.recent_start
 
 
-# -- report: the finding's life (shared/findings.py), Events for people --------------------------------
+# -- report: the finding's life (shared/ledger.py), Events for people --------------------------------
 def _ledger(ctx: KubeContext[Settings]) -> Ledger:
     return Ledger(ctx.kube, FUNCTION, ctx.settings.finding_renew_after, REASON)
 

@@ -28,7 +28,8 @@ from functions.device_conflict.instancetypes import Given, Source
 from shared import configmaps
 from shared import rescan as visits
 from shared.configmaps import Stored, read
-from shared.kube import VM, VMI, Conflict, Kind, Kube, NotFound
+from shared.kinds import VM, VMI, Kind
+from shared.kube import Conflict, Kube, NotFound
 
 ATTEMPTS = 4  # read-modify-write rounds before the event is answered 503 and redelivered
 # Whether hostDevices[].name and gpus[].name are physical devices here (docs/facts.md §3), as the last full repair

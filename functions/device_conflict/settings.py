@@ -17,7 +17,7 @@ class Settings:
     # (guest agent, interfaces) cannot start one, and the re-scan covers any event that was missed.
     recent_start: timedelta = timedelta(minutes=5)
     # FINDING_RENEW_AFTER: an open conflict's Event is rewritten by the re-scan once its last write is this
-    # old, so it outlives kube-apiserver's --event-ttl (1 h by default) while the conflict lasts (shared/findings.py)
+    # old, so it outlives kube-apiserver's --event-ttl (1 h by default) while the conflict lasts (shared/ledger.py)
     finding_renew_after: timedelta = timedelta(minutes=15)
     # The parameter object (namespace, name): which VM each device is assigned to (assignment.py). The
     # ValidatingAdmissionPolicyBinding of deploy/components/prevent names the same object in its paramRef,

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 
 from functions.device_conflict.decide import Category, DeviceConflict, Workload
 from functions.device_conflict.settings import FUNCTION
-from shared.findings import Finding
+from shared.finding import Finding
 
 
 def finding(conflict: DeviceConflict) -> Finding:

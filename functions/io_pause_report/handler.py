@@ -5,7 +5,7 @@ rebuilding, and what to do. The flow: on_event and rescan → converge: read the
 PV → Longhorn Volume and Engine, and the Events about it → decide (decide.py) → act: record Events (it
 changes nothing else) and reply (wording.py). The helpers follow in that order.
 
-It is stateless: an *episode* (one spell of flapping) is a finding (shared/findings.py), kept in one
+It is stateless: an *episode* (one spell of flapping) is a finding (shared/ledger.py), kept in one
 `IOErrorPause` Event on the VM whose finding details hold the episode's facts. The first pause opens it;
 each further pause is a sighting (its count rises); getting stuck paused updates its details; the end
 resolves it (and records a Normal `IOErrorPauseResolved` for people). Two replies per episode:
@@ -32,9 +32,10 @@ from functions.io_pause_report.volumes import NO_SPACE, fetch_volumes, to_int
 from functions.io_pause_report.wording import advice, event_message, finding, named, reply_data
 from shared import kubevirt as kv
 from shared import rescan as rescans
-from shared.findings import Ledger, Record, record_of, summary
+from shared.finding import summary
 from shared.intake import Incoming, about, may_concern
-from shared.kube import EVENT, NAMESPACE, VMI
+from shared.kinds import EVENT, NAMESPACE, VMI
+from shared.ledger import Ledger, Record, record_of
 from shared.runtime import KubeContext, Outcome
 
 FUNCTION = "io-pause-report"
@@ -93,7 +94,7 @@ def converge(found: Target, ctx: KubeContext[Settings], delivery: str = "") -> O
     """Read fresh, decide, record. Nothing but Events is ever written, so there is nothing to retry.
     `delivery`: the id of the event being handled (a redelivery of it answers as it did)."""
     # The Events (the episode on record among them) before the VMI: an episode is never judged over by a view
-    # of the VMI older than the episode (shared/findings.py, Races).
+    # of the VMI older than the episode (shared/ledger.py, Races).
     events = list(ctx.kube.list(EVENT, found.namespace, field_selector=f"involvedObject.name={found.name}"))
     vmi = ctx.kube.get(VMI, found.namespace, found.name)
     subject = VMI.path(found.namespace, found.name)
@@ -223,7 +224,7 @@ def kubevirt_errors(events: list[dict], vmi: dict | None) -> KubeVirtErrors:
     return KubeVirtErrors(max(per_volume.values(), default=0), tuple(volumes), no_space, last)
 
 
-# -- act: the finding's life (shared/findings.py), and reply ---------------------------------------
+# -- act: the finding's life (shared/ledger.py), and reply ---------------------------------------
 def _ledger(ctx: KubeContext[Settings]) -> Ledger:
     return Ledger(ctx.kube, FUNCTION, ctx.settings.finding_renew_after, REASON)  # the episode's Event: IOErrorPause
 

@@ -16,7 +16,7 @@ class Settings:
     resolved_after: timedelta = timedelta(minutes=10)   # IO_PAUSE_RESOLVED_AFTER: quiet this long ends an episode
     longhorn_namespace: str = "longhorn-system"         # LONGHORN_NAMESPACE: where Longhorn's Volumes and Engines live
     # FINDING_RENEW_AFTER: the re-scan rewrites an open episode's Event once its last write is this old, so it
-    # outlives kube-apiserver's --event-ttl (1 h by default) for as long as the episode lasts (shared/findings.py)
+    # outlives kube-apiserver's --event-ttl (1 h by default) for as long as the episode lasts (shared/ledger.py)
     finding_renew_after: timedelta = timedelta(minutes=15)
     rescan: rescan_settings.Settings = rescan_settings.Settings()  # RESCAN_BUDGET, RESCAN_WORKERS
 

@@ -9,7 +9,8 @@ from dataclasses import replace
 from functions.io_pause_report.decide import KubeVirtErrors, VolumeFacts
 from functions.io_pause_report.settings import Settings
 from shared import kubevirt as kv
-from shared.kube import LONGHORN_ENGINE, LONGHORN_VOLUME, PV, PVC, Forbidden, KubeError
+from shared.kinds import LONGHORN_ENGINE, LONGHORN_VOLUME, PV, PVC
+from shared.kube import Forbidden, KubeError
 from shared.runtime import KubeContext
 
 LONGHORN_DRIVER = "driver.longhorn.io"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from functions.io_pause_report.decide import Action, Category, Episode, Facts, Verdict, VolumeFacts, hms, stamp
 from functions.io_pause_report.settings import Settings
-from shared.findings import Finding
+from shared.finding import Finding
 from shared.settings import format_duration
 
 FUNCTION = "io-pause-report"

@@ -34,8 +34,9 @@ from functions.migration_report.settings import Settings
 from shared import configmaps
 from shared import kubevirt as kv
 from shared.configmaps import Stored
-from shared.findings import Record
-from shared.kube import VMIM, Conflict, Forbidden, Kube, KubeError
+from shared.kinds import VMIM
+from shared.kube import Conflict, Forbidden, Kube, KubeError
+from shared.ledger import Record
 
 KEY = "resourceVersion"
 REPORTED = "reported"

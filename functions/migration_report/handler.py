@@ -8,7 +8,7 @@ progress timeout, the category), and reports once: a Kubernetes Event on the VMI
 CloudEvent with the whole report (wording.py). The flow: on_event and rescan → converge → read → decide →
 report; the helpers follow in that order.
 
-"Once" is the finding's life (shared/findings.py): a reported migration is a finding kept in one Event on
+"Once" is the finding's life (shared/ledger.py): a reported migration is a finding kept in one Event on
 the VMIM. Before reading anything else, one LIST of that VMIM's finding Events tells whether it was reported;
 a duplicate or a re-scan finds it and stays quiet, and a redelivery of the event that reported it gets the
 same reply. The re-scan ends the finding (`.resolved`) when a later migration of the VMI has ended, the VMI
@@ -36,9 +36,10 @@ from functions.migration_report.wording import finding, reply_data, resolved_mes
 from shared import kubevirt as kv
 from shared import objects as o
 from shared import rescan as rescans
-from shared.findings import Ledger, Notice, Record, summary
+from shared.finding import summary
 from shared.intake import Incoming, about, may_concern
-from shared.kube import EVENT, KUBEVIRT, MIGRATION_POLICY, NAMESPACE, VM, VMI, VMIM
+from shared.kinds import EVENT, KUBEVIRT, MIGRATION_POLICY, NAMESPACE, VM, VMI, VMIM
+from shared.ledger import Ledger, Notice, Record
 from shared.replies import Reply
 from shared.runtime import KubeContext, Outcome
 from shared.settings import format_duration

@@ -19,7 +19,7 @@ class Settings:
     # later migration of the VMI ended or the VMI went away first (decide.ended)
     resolved_after: timedelta = timedelta(hours=6)
     # FINDING_RENEW_AFTER: the re-scan rewrites an open finding's Event once its last write is this old, so it
-    # outlives kube-apiserver's --event-ttl (1 h by default) while it stands (shared/findings.py)
+    # outlives kube-apiserver's --event-ttl (1 h by default) while it stands (shared/ledger.py)
     finding_renew_after: timedelta = timedelta(minutes=15)
     rescan: rescan_settings.Settings = rescan_settings.Settings()  # RESCAN_BUDGET, RESCAN_WORKERS
     # MIGRATION_CURSOR: the ConfigMap where the re-scan keeps how far it has read the VMIMs' changes, so that a

@@ -8,7 +8,7 @@ from functions.migration_report.arithmetic import quantity
 from functions.migration_report.decide import Facts, Verdict
 from functions.migration_report.settings import Settings
 from shared import kubevirt as kv
-from shared.findings import Finding
+from shared.finding import Finding
 
 FUNCTION = "migration-report"
 

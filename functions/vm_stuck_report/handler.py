@@ -6,7 +6,7 @@ VirtualMachineStuckOnNode; docs/facts.md §7); the facts that say *why* are scat
 flow: on_event and rescan → converge: read the VM, its VMI (and VMIM), decide whether it is stuck past its
 threshold (decide.stuck); only then read what explains it — the launcher (or migration target) pod, its
 scheduling condition and Events, the PVCs, StorageClasses and Longhorn volumes, the node, the ResourceQuotas,
-KubeVirt's Events — and diagnose (decide.diagnose) → report: one finding per episode (shared/findings.py), in
+KubeVirt's Events — and diagnose (decide.diagnose) → report: one finding per episode (shared/ledger.py), in
 one `VMStuck` Event on the VM, `.detected` once and `.resolved` once when the VM settles. It changes nothing
 but Events.
 """
@@ -27,9 +27,10 @@ from functions.vm_stuck_report.settings import GROUPS, MIGRATION_PHASES, Setting
 from functions.vm_stuck_report.wording import FUNCTION, event_message, finding, resolved_message
 from shared import objects as o
 from shared import rescan as rescans
-from shared.findings import Ledger, Record, record_of, summary
+from shared.finding import summary
 from shared.intake import Incoming, about, may_concern
-from shared.kube import EVENT, NAMESPACE, VM, VMI, VMIM
+from shared.kinds import EVENT, NAMESPACE, VM, VMI, VMIM
+from shared.ledger import Ledger, Record, record_of
 from shared.runtime import KubeContext, Outcome
 
 REASON = "VMStuck"

@@ -20,8 +20,8 @@ from functions.vm_stuck_report.facts import (
 from functions.vm_stuck_report.settings import Settings
 from shared import kubevirt as kv
 from shared import objects as o
-from shared.findings import record_of
-from shared.kube import EVENT, POD, PV, PVC, Kind
+from shared.kinds import EVENT, POD, PV, PVC, Kind
+from shared.ledger import record_of
 from shared.runtime import KubeContext
 
 NODE = Kind("v1", "Node", "nodes", namespaced=False)

@@ -41,7 +41,7 @@ class Settings:
     exclude_namespaces: frozenset[str] = frozenset()  # VM_STUCK_EXCLUDE_NAMESPACES
     longhorn_namespace: str = "longhorn-system"       # LONGHORN_NAMESPACE: where Longhorn's Volumes live
     # FINDING_RENEW_AFTER: the re-scan rewrites an open finding's Event once its last write is this old, so it
-    # outlives kube-apiserver's --event-ttl (1 h by default) while the VM stays stuck (shared/findings.py)
+    # outlives kube-apiserver's --event-ttl (1 h by default) while the VM stays stuck (shared/ledger.py)
     finding_renew_after: timedelta = timedelta(minutes=15)
     rescan: rescan_settings.Settings = rescan_settings.Settings()  # RESCAN_BUDGET, RESCAN_WORKERS
 

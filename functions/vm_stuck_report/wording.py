@@ -6,7 +6,8 @@ from collections.abc import Mapping
 
 from functions.vm_stuck_report.decide import Verdict, stamp
 from shared import kubevirt as kv
-from shared.findings import Finding, Record
+from shared.finding import Finding
+from shared.ledger import Record
 
 FUNCTION = "vm-stuck-report"
 

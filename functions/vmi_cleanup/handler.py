@@ -20,9 +20,10 @@ from shared import kubevirt as kv
 from shared import objects as o
 from shared import rescan as rescans
 from shared.errors import TemporaryError
-from shared.findings import report, summary
+from shared.finding import report, summary
 from shared.intake import Incoming, about, check_name, check_uid, may_concern
-from shared.kube import KUBEVIRT, NAMESPACE, VM, VMI, VMIM, Conflict, JsonPatch, Throttled, Unavailable
+from shared.kinds import KUBEVIRT, NAMESPACE, VM, VMI, VMIM
+from shared.kube import Conflict, JsonPatch, Throttled, Unavailable
 from shared.replies import Reply
 from shared.runtime import KubeContext, Outcome
 

@@ -23,7 +23,7 @@ missed:
 - Migrations: a VMI in a final phase cannot be migrated (KubeVirt refuses a migration of a VMI that is not
   running), and its own migration state is in the VMI (its resourceVersion).
 - Renewal: an Event not counted again would expire with the API server's --event-ttl (1 h by default). A basis
-  older than RENEW_AFTER (shared.findings' 15 min) is not trusted: that candidate is decided in full and its
+  older than RENEW_AFTER (shared.ledger' 15 min) is not trusted: that candidate is decided in full and its
   Event counted again, which renews it, so it is rewritten at most ~16 min apart.
 - An Event deleted, or a basis that does not parse: the candidate is decided in full and reported again.
 The act path never uses it: an acting install reads fresh and acts with preconditions, as before.
@@ -42,8 +42,8 @@ from functions.vmi_cleanup import wording
 from functions.vmi_cleanup.settings import FUNCTION, Settings
 from shared import kubevirt as kv
 from shared import rescan as rescans
-from shared.findings import DEFAULT_RENEW_AFTER
-from shared.kube import EVENT, VM, VMI
+from shared.kinds import EVENT, VM, VMI
+from shared.ledger import DEFAULT_RENEW_AFTER
 
 BASIS = "vmevents.io/dry-run-of"
 RENEW_AFTER: timedelta = DEFAULT_RENEW_AFTER

@@ -5,7 +5,7 @@ from typing import Any
 
 from functions.vmi_cleanup.decide import Action, Verdict
 from shared import kubevirt as kv
-from shared.findings import Finding
+from shared.finding import Finding
 
 CLEANED_UP = "VMICleanedUp"
 DRY_RUN = "VMICleanupDryRun"

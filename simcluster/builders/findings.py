@@ -6,7 +6,7 @@ import uuid
 
 from cloudevents.http import CloudEvent
 
-from shared.findings import Finding
+from shared.finding import Finding
 
 VMIM_PATH = "/apis/kubevirt.io/v1/namespaces/{ns}/virtualmachineinstancemigrations/{name}"
 VMI_PATH = "/apis/kubevirt.io/v1/namespaces/{ns}/virtualmachineinstances/{name}"

@@ -7,7 +7,7 @@ import json
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from shared.findings import Finding
+from shared.finding import Finding
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 LONGHORN_NS = "longhorn-system"
@@ -114,7 +114,7 @@ def kubevirt_event(vmi: dict, *, volume: str = "disk-0", count: int = 1, last: d
 def episode_event(vmi: dict, *, start: datetime = NOW, count: int = 1, last: datetime = NOW,
                   category: str = "rebuild-related", reason: str = "IOErrorPause", baseline: int = 0,
                   final_count: int | None = None, message: str = "first report") -> dict:
-    """The finding Event io-pause-report keeps an episode in (shared/findings.py): the episode's facts are in
+    """The finding Event io-pause-report keeps an episode in (shared/ledger.py): the episode's facts are in
     the finding's details. reason="IOErrorPauseResolved" gives a resolved episode's Event."""
     meta = vmi["metadata"]
     resolved = reason != "IOErrorPause"

@@ -98,7 +98,8 @@ def test_kubectl_auth_can_i_answers_for_a_function(cluster):
 
 
 def test_a_function_token_comes_from_the_token_request_api(cluster):
-    from shared.kube import VMI, Forbidden, Kube
+    from shared.kinds import VMI
+    from shared.kube import Forbidden, Kube
 
     kube = Kube(cluster.api_client("vmevents/vmi-cleanup"))
     assert list(kube.list(VMI)) == []

@@ -13,7 +13,8 @@ from shared import kubevirt as kv
 from shared import objects as o
 from shared import runtime
 from shared.errors import TemporaryError, http_answer, longest_retry_after, parse_retry_after
-from shared.kube import NAMESPACE, VMI, Invalid, Kube, Unavailable
+from shared.kinds import NAMESPACE, VMI
+from shared.kube import Invalid, Kube, Unavailable
 from shared.kubeconfig import connect
 from shared.settings import MAX_DURATION, DurationTooLong, Env, SettingsError, parse_duration
 from simcluster.apiserver import SimCluster

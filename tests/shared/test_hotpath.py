@@ -219,7 +219,8 @@ def test_in_a_pod_what_the_loader_would_refuse_stops_the_start(in_a_pod, monkeyp
 
 def test_in_a_pod_a_token_gone_after_the_start_is_a_503_on_the_first_request(in_a_pod):
     from shared import kubeconfig
-    from shared.kube import VMI, Unavailable
+    from shared.kinds import VMI
+    from shared.kube import Unavailable
 
     kube = kubeconfig.connect()
     (in_a_pod / "token").unlink()

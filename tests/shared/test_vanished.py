@@ -9,8 +9,10 @@ import pytest
 
 from shared.configmaps import put, read
 from shared.errors import http_answer
-from shared.findings import DETECTED, Finding, Ledger
-from shared.kube import EVENT, Conflict, Kube, NotFound, Vanished
+from shared.finding import DETECTED, Finding
+from shared.kinds import EVENT
+from shared.kube import Conflict, Kube, NotFound, Vanished
+from shared.ledger import Ledger
 from shared.recorder import Recorder, event_name
 from tests import backends
 

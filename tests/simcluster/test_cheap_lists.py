@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.kube import _AS_METADATA, _AS_TABLE, VMI, Expired, Invalid, Kube, Unavailable
+from shared.kinds import VMI
+from shared.kube import _AS_METADATA, _AS_TABLE, Expired, Invalid, Kube, Unavailable
 from simcluster.builders.io_pause import make_vmi
 from tests import backends
 

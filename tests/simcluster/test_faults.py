@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from shared.kube import NAMESPACE, VMIM, Forbidden, Kube, Unavailable
+from shared.kinds import NAMESPACE, VMIM
+from shared.kube import Forbidden, Kube, Unavailable
 from tests import backends
 
 SA = "vmevents/migration-report"  # deploy/ lets it list and watch VMIMs

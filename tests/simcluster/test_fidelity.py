@@ -8,7 +8,8 @@ import time
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from shared.kube import EVENT, VM, Kube
+from shared.kinds import EVENT, VM
+from shared.kube import Kube
 from simcluster.builders.kubevirt import make_vm
 from tests import backends
 

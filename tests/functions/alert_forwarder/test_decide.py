@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from functions.alert_forwarder.decide import TABLE, decide
-from functions.alert_forwarder.finding import findings
+from functions.alert_forwarder.received import findings
 from functions.alert_forwarder.settings import Receiver, Settings, read_headers
 from functions.alert_forwarder.wording import slack_message, webhook_payload
 from shared.errors import BadEvent
@@ -340,7 +340,7 @@ def test_every_producers_finding_becomes_its_alert_through_the_one_schema():
 # -- the tick: what Alertmanager must hold, from the findings on record ------------------------------
 def test_a_tick_reposts_the_open_findings_and_the_recently_resolved_ones_only():
     from functions.alert_forwarder.decide import refresh
-    from functions.alert_forwarder.finding import on_record
+    from functions.alert_forwarder.received import on_record
 
     opened = NOW - timedelta(hours=2)
     open_one = on_record(b.device_conflict(), "detected", opened, None)

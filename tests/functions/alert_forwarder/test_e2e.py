@@ -17,8 +17,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from shared.findings import Finding, Ledger
+from shared.finding import Finding
 from shared.kube import Kube
+from shared.ledger import Ledger
 from simcluster.alertmanager import Alertmanager, Receiver, find_binary
 from simcluster.builders import findings as b
 from simcluster.play import virtctl_start

@@ -12,8 +12,8 @@ from functions.device_conflict.handler import target, worth_decoding
 from functions.device_conflict.index import Index, Ref, about_to_start
 from functions.device_conflict.settings import Settings
 from functions.device_conflict.wording import conflict_message, details, finding, why_resolved
-from shared.findings import record_of
 from shared.intake import Incoming
+from shared.ledger import record_of
 from simcluster.builders.devices import (
     NOW,
     SEED_DEVICE,
@@ -208,7 +208,7 @@ SEED_BLOCKED = conflicts(seed_vm1(), seed_vm2(), vmi("vm2", D1),
 
 
 # The re-scan's bookkeeping of old (plan: which Events to record, which conflict is new, which ended, the
-# resolved-at mark and "came back") is the finding's life in shared/findings.py now: tests/shared/test_findings.py
+# resolved-at mark and "came back") is the finding's life in shared/ledger.py now: tests/shared/test_ledger.py
 # holds those cases (open, seen again, resolved once, reopened, races), and test_e2e.py the re-scan's use of them.
 def test_a_conflicts_finding_is_named_by_its_category_first_blocked_vm_and_key():
     found = finding(SEED_TAKEN)

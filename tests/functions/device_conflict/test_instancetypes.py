@@ -15,8 +15,8 @@ import pytest
 from functions.device_conflict import handler, instancetypes
 from functions.device_conflict.instancetypes import Given, Source
 from functions.device_conflict.settings import Settings
-from shared.findings import record_of
 from shared.kube import Kube
+from shared.ledger import record_of
 from shared.recorder import Recorder
 from shared.runtime import KubeContext
 from tests import backends

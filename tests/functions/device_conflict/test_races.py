@@ -15,7 +15,8 @@ import pytest
 
 from functions.device_conflict import handler
 from functions.device_conflict.settings import FUNCTION, Settings
-from shared.kube import VMI, Kube
+from shared.kinds import VMI
+from shared.kube import Kube
 from shared.recorder import Recorder
 from shared.runtime import KubeContext
 from simcluster.builders.devices import VF, host_device, seed_vm1

@@ -11,7 +11,8 @@ import pytest
 
 from functions.device_conflict import handler
 from functions.device_conflict.settings import Settings
-from shared.kube import EVENT, Invalid, Kube
+from shared.kinds import EVENT
+from shared.kube import Invalid, Kube
 from shared.recorder import Recorder
 from shared.runtime import KubeContext
 from simcluster.builders.devices import host_device, vm

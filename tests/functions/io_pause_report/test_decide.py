@@ -144,7 +144,7 @@ def test_stuck_advice_is_a_stop_and_start():
 
 
 def test_an_episode_with_a_resolved_event_is_closed_and_the_latest_open_one_wins():
-    # One finding Event per episode identity: resolving it turns the same Event resolved (shared/findings.py).
+    # One finding Event per episode identity: resolving it turns the same Event resolved (shared/ledger.py).
     done = episode_event(VMI, start=NOW - timedelta(hours=1), reason="IOErrorPauseResolved", final_count=4)
     assert read_episode([done], {"kind": "VirtualMachine"}) is None
     new = episode_event(VMI, start=NOW, count=3, message="new")

@@ -10,7 +10,8 @@ import pytest
 
 from functions.vmi_cleanup.handler import converge, halt_patch, rescan
 from functions.vmi_cleanup.settings import FUNCTION, Settings
-from shared.kube import VM, Conflict, Kube
+from shared.kinds import VM
+from shared.kube import Conflict, Kube
 from shared.recorder import Recorder
 from shared.runtime import KubeContext
 from simcluster.apiserver import SimCluster

@@ -5,8 +5,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.findings import DETECTED, RESOLVED, Finding, Ledger, event_name, one_or_summary, report
+from shared.finding import DETECTED, RESOLVED, Finding, one_or_summary, report
 from shared.kube import Kube
+from shared.ledger import Ledger, event_name
 from simcluster.apiserver import SimCluster
 
 NOW = datetime(2026, 11, 30, 13, 0, tzinfo=UTC)

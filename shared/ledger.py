@@ -27,22 +27,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.finding import (
-    BATCH,
     DETECTED,
-    REPORTED,
     RESOLVED,
     Finding,
     digest,
-    one_or_summary,
-    report,
     stamp,
-    summary,
 )
-from shared.kube import EVENT, Conflict, Kube
+from shared.kinds import EVENT
+from shared.kube import Conflict, Kube
 from shared.replies import Reply, reply_type
-
-__all__ = ["BATCH", "DETECTED", "OPEN", "REPORTED", "RESOLVED", "Finding", "Ledger", "Notice", "Record",
-           "every_record", "one_or_summary", "record_of", "report", "stamp", "summary"]
 
 OPEN = "open"                                # a state on record (RESOLVED is one too, and a notice)
 DEFAULT_RENEW_AFTER = timedelta(minutes=15)  # kube-apiserver's default --event-ttl is 1 h

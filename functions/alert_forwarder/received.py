@@ -21,8 +21,8 @@ STATES = ("detected", "resolved", "reported")
 
 
 @dataclass(frozen=True)
-class Finding:
-    """One finding, as the schema names its fields (docs/findings.md)."""
+class Received:
+    """One finding as a reply carried it (docs/findings.md): the schema's fields, its state and its life."""
 
     function: str
     category: str
@@ -46,7 +46,7 @@ class Finding:
                 or digest(self.function, self.category, self.subject or "", self.key)}
 
 
-def findings(event: Incoming) -> list[Finding]:
+def findings(event: Incoming) -> list[Received]:
     """The findings a reply event carries. Raises BadEvent for what is not a finding."""
     if not event.type.startswith(PREFIX):
         raise BadEvent(f"unsupported event type {event.type}; alert-forwarder handles the io.vmevents.* "
@@ -63,7 +63,7 @@ def findings(event: Incoming) -> list[Finding]:
     return [_finding(item, function, what, event.subject, None) for item in items]
 
 
-def _finding(data: Mapping[str, Any], function: str, what: str, subject: str | None, event_id: str | None) -> Finding:
+def _finding(data: Mapping[str, Any], function: str, what: str, subject: str | None, event_id: str | None) -> Received:
     state = _text(data.get("state"))
     if state not in STATES:
         state = what if what in STATES else "reported"
@@ -72,7 +72,7 @@ def _finding(data: Mapping[str, Any], function: str, what: str, subject: str | N
                 else _from_subject(_text(data.get("subject")) or subject))
     advice = data.get("advice")
     details = data.get("details")
-    return Finding(function=_text(data.get("function")) or function,
+    return Received(function=_text(data.get("function")) or function,
                    category=_text(data.get("category")) or what or "finding",
                    state=state, subject=_text(data.get("subject")) or subject, identity=identity,
                    severity=_text(data.get("severity")) or None,
@@ -84,8 +84,8 @@ def _finding(data: Mapping[str, Any], function: str, what: str, subject: str | N
 
 
 def on_record(data: Mapping[str, Any], state: str, opened_at: datetime | None,
-              resolved_at: datetime | None) -> Finding:
-    """A finding as its record keeps it (shared/findings.py: the schema, with its life beside it); `state` is
+              resolved_at: datetime | None) -> Received:
+    """A finding as its record keeps it (shared/ledger.py: the schema, with its life beside it); `state` is
     `detected` for an open one, `resolved` for one that ended."""
     found = _finding({**data, "state": state}, _text(data.get("function")), state, _text(data.get("subject")), None)
     return replace(found, opened_at=opened_at or found.opened_at, resolved_at=resolved_at or found.resolved_at)
