@@ -22,7 +22,7 @@ from shared.kinds import EVENT, VM, VMI, VMIM
 from shared.kube import Kube
 from simcluster.builders.devices import host_device, seed_vm1, seed_vm2
 from simcluster.builders.io_pause import kubevirt_event
-from simcluster.kubevirt import vmi_from_vm
+from simcluster.kubevirt.vm_controller import vmi_from_vm
 
 NAMESPACES = 10
 

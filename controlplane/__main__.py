@@ -148,7 +148,7 @@ def status() -> int:
 
 
 class _Running:
-    """The running cluster of the state file, with what simcluster.kubevirt.KubeVirtSim asks of a cluster."""
+    """The running cluster of the state file, with what simcluster.kubevirt.sim.KubeVirtSim asks of a cluster."""
 
     backend = "real"
     runs_virt_controller = True
@@ -172,7 +172,7 @@ def _running_cluster() -> _Running:
 
 def node() -> int:
     """The node stand-in for `make cluster`, in the foreground until it is stopped (`down` does)."""
-    from simcluster.kubevirt import KubeVirtSim
+    from simcluster.kubevirt.sim import KubeVirtSim
 
     kubevirt = KubeVirtSim(_running_cluster(), node_only=True).start()
     stopped = {"yes": False}
@@ -185,7 +185,7 @@ def node() -> int:
 
 def guest(action: str, target: str) -> int:
     """The guest of a running VMI powers off or crashes, as virt-handler reports it (one write, then done)."""
-    from simcluster.kubevirt import KubeVirtSim
+    from simcluster.kubevirt.sim import KubeVirtSim
 
     namespace, _, name = target.rpartition("/")
     kubevirt = KubeVirtSim(_running_cluster(), node_only=True)  # not started: the action runs here, once

@@ -3,7 +3,7 @@
 One control plane (kube-apiserver, etcd, kube-controller-manager, built by controlplane/) serves every
 story; each story's cluster starts from a reset one (controlplane.cluster.RealCluster.reset), KubeVirt's own
 virt-controller of the story's version decides what happens to VMs and VMIs, the node stand-in
-(simcluster.kubevirt.KubeVirtSim, node_only) plays scheduler, kubelet and virt-handler, and Knative Eventing
+(simcluster.kubevirt.sim.KubeVirtSim, node_only) plays scheduler, kubelet and virt-handler, and Knative Eventing
 runs on the plane (controlplane/knative.py): its ApiServerSource adapters send the events, its MT channel-based
 broker delivers them to the functions by deploy/'s Triggers (controlplane/knative_runtime.py), and the story's
 re-scan ticks go in through its ingress.

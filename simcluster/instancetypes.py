@@ -1,4 +1,5 @@
-"""What KubeVirt's VM controller does with a VM's instancetype (spec.instancetype), for simcluster/kubevirt.py.
+"""What KubeVirt's VM controller does with a VM's instancetype (spec.instancetype), for
+simcluster/kubevirt/vm_controller.py.
 
 On every sync of a VM that names one, whatever its run strategy (a Halted VM too), the controller copies the
 instancetype into a ControllerRevision in the VM's namespace, owned by the VM, once, and records its name:
@@ -72,7 +73,8 @@ def revision_of(vm: Mapping, obj: Mapping, version: tuple[int, int, int]) -> dic
 
 class Instancetypes:
     """The VM controller's instancetype steps, over the simulator's API client (`get(group, version, plural,
-    namespace, name)`, `create(...)`, `patch(plural, ns, name, body, status=)` as kubevirt._Kube offers them)."""
+    namespace, name)`, `create(...)`, `patch(plural, ns, name, body, status=)`, as
+    simcluster.kubevirt.client.Kube offers them)."""
 
     def __init__(self, kube: Any, version: tuple[int, int, int]) -> None:
         self.kube, self.version = kube, version

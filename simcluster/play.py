@@ -60,7 +60,7 @@ def stage(title: str, *, kubevirt_version: str = "1.3.1", env_overrides: dict | 
           ping_interval: float | None = PING_INTERVAL, nodes: dict | None = None, volumes: bool = False):
     """Start the cluster (BACKEND: the simulated one, or a real control plane), KubeVirt and every function,
     broker and source of deploy/. `volumes`: the simulated KubeVirt reads the VMs' PVCs (KubeVirtSim)."""
-    from simcluster.kubevirt import KubeVirtSim
+    from simcluster.kubevirt.sim import KubeVirtSim
 
     print(f"\n=== {title} — on {BACKEND.describe} ===", flush=True)
     timeline = Timeline()

@@ -18,7 +18,7 @@ from cloudevents.http import CloudEvent
 
 from controlplane import build
 from localknative.runtime import LocalKnative, load_manifests
-from simcluster.kubevirt import KubeVirtSim
+from simcluster.kubevirt.sim import KubeVirtSim
 from simcluster.paths import DEPLOY_DIR
 from simcluster.play import _source_account, namespaces_of
 from tests import backends

@@ -349,6 +349,19 @@ def test_product_modules_stay_small(path):
                                 f"along the skeleton, or further (e.g. decide.py + arithmetic.py)")
 
 
+# -- the simulated KubeVirt: one module per real component ------------------------------------------
+KUBEVIRT_PARTS = [p for p in python_files("simcluster/kubevirt") if p.name != "__init__.py"]
+
+
+@pytest.mark.parametrize("path", KUBEVIRT_PARTS, ids=ids(KUBEVIRT_PARTS))
+def test_each_part_of_the_simulated_kubevirt_names_what_it_stands_in_for(path):
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    assert doc.startswith("Stands in for "), (f"{path.relative_to(REPO)}: its first sentence names the real "
+                                              f"component it stands in for and what it decides ('Stands in for ...')")
+    assert f"`{path.name}`" in (REPO / "docs" / "ARCHITECTURE.md").read_text(), \
+        f"docs/ARCHITECTURE.md's table of the simulated KubeVirt does not name {path.name}"
+
+
 # -- words the repository never uses --------------------------------------------------------------
 # Built from pieces so that this file does not contain them itself.
 NEEDLES = {

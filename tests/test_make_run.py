@@ -11,7 +11,7 @@ import time
 import pytest
 
 from simcluster.apiserver import SimCluster
-from simcluster.kubevirt import KubeVirtSim
+from simcluster.kubevirt.sim import KubeVirtSim
 from simcluster.play import virtctl_start
 from tests.conftest import REPO
 

@@ -27,7 +27,7 @@ import pytest
 
 from localknative.runtime import load_manifests, of_kind
 from localknative.serving import FunctionServer, service_account
-from simcluster.kubevirt import KubeVirtSim
+from simcluster.kubevirt.sim import KubeVirtSim
 from simcluster.paths import DEPLOY_DIR
 from simcluster.play import virtctl_start
 from tests import backends

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from simcluster import kubevirt as kvsim
 from simcluster.apiserver import SimCluster
 from simcluster.builders.io_pause import make_pvc
-from simcluster.kubevirt import KubeVirtSim, io_error_message, io_resume_backoff
+from simcluster.kubevirt.io_faults import PAUSED_IO_ERROR, io_error_message, io_resume_backoff
+from simcluster.kubevirt.sim import KubeVirtSim
 
 
 def test_the_resume_backoff_doubles_from_10s_to_at_most_3m():
@@ -109,4 +109,4 @@ def test_only_a_running_guest_can_hit_an_io_error(sim):
     _, kubevirt = sim
     with pytest.raises(RuntimeError, match="not Running"):
         kubevirt.start_io_errors("default", "nobody", "disk-0")
-    assert kvsim.PAUSED_IO_ERROR["reason"] == "PausedIOError"
+    assert PAUSED_IO_ERROR["reason"] == "PausedIOError"

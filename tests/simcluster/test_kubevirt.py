@@ -9,8 +9,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from simcluster import kubevirt as kv
-from simcluster.kubevirt import (
+from simcluster.kubevirt.objects import VM_CONTROLLER_FINALIZER, condition_is, condition_of, parse_version, vmi_phase
+from simcluster.kubevirt.scheduler import schedule
+from simcluster.kubevirt.sim import KubeVirtSim
+from simcluster.kubevirt.vm_controller import (
     ADD_START_REQUEST,
     ADD_VM_FINALIZER,
     REMOVE_VM_FINALIZER,
@@ -18,14 +20,12 @@ from simcluster.kubevirt import (
     SET_ALWAYS,
     START,
     STOP,
-    VM_CONTROLLER_FINALIZER,
-    launcher_pod,
-    parse_version,
     printable_status,
     reconcile,
-    schedule,
     vm_status,
+    vmi_from_vm,
 )
+from simcluster.kubevirt.vmi_controller import launcher_pod
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 OLD, NEW = "1.1.1", "1.3.1"
@@ -293,7 +293,7 @@ def test_launcher_pod_shape():
 def test_vmi_from_vm_copies_the_template_and_points_at_the_vm():
     vm = make_vm(strategy="Always")
     vm["metadata"].update(uid="vm-uid", generation=3)
-    vmi = kv.vmi_from_vm(vm)
+    vmi = vmi_from_vm(vm)
     assert vmi["metadata"]["name"] == "vm1" and vmi["spec"] == vm["spec"]["template"]["spec"]
     assert vmi["metadata"]["labels"] == {"harvesterhci.io/vmName": "vm1"}
     assert vmi["metadata"]["annotations"] == {"harvesterhci.io/sshNames": "[]", "kubevirt.io/vm-generation": "3"}
@@ -317,7 +317,7 @@ class World:
 
         self.version = version
         self.cluster = SimCluster(kubevirt_version=version).start()
-        self.kubevirt = kv.KubeVirtSim(self.cluster, nodes={NODE: {VF: 1}}, step_delay=0.0,
+        self.kubevirt = KubeVirtSim(self.cluster, nodes={NODE: {VF: 1}}, step_delay=0.0,
                                        resync_period=0.2).start()
 
     def close(self):
@@ -337,7 +337,7 @@ class World:
         return self.cluster.get(VM_API, VMI_KIND, "default", name)
 
     def phase(self, name):
-        return kv.vmi_phase(self.vmi(name)) if self.vmi(name) else None
+        return vmi_phase(self.vmi(name)) if self.vmi(name) else None
 
     def uid(self, name):
         return self.vmi(name)["metadata"]["uid"]
@@ -403,8 +403,8 @@ def outcome(world, name, first_uid):
     if vmi is None:
         return "deleted"
     if vmi["metadata"]["uid"] == first_uid:
-        return f"left {kv.vmi_phase(vmi)}"
-    return f"replaced, new VMI {kv.vmi_phase(vmi)}"
+        return f"left {vmi_phase(vmi)}"
+    return f"replaced, new VMI {vmi_phase(vmi)}"
 
 
 # FACTS §2, row by row: (strategy, version) -> after `poweroff`, and after deleting a leftover VMI.
@@ -500,7 +500,7 @@ def test_running_vmi_and_launcher_pod_look_like_kubevirts(new_world):
     assert vmi["status"]["nodeName"] == NODE and vmi["metadata"]["labels"]["kubevirt.io/nodeName"] == NODE
     assert vmi["metadata"]["ownerReferences"][0]["uid"] == vm["metadata"]["uid"]
     assert vmi["metadata"]["finalizers"] == [VM_CONTROLLER_FINALIZER, "foregroundDeleteVirtualMachine"]
-    assert kv._condition_is(vmi, "Ready", "True")
+    assert condition_is(vmi, "Ready", "True")
     [pod] = new_world.pods(vmi["metadata"]["uid"])
     assert pod["metadata"]["name"].startswith("virt-launcher-vm1-") and len(pod["metadata"]["name"]) == 23
     assert pod["metadata"]["labels"]["vm.kubevirt.io/name"] == "vm"
@@ -521,11 +521,11 @@ def test_a_taken_device_blocks_scheduling_until_its_holder_powers_off(world):
     assert world.phase("vm2") == "Running"
     world.create_vm("vm1", "Always", host_devices=[SEED_HOST_DEVICE])
     vmi = world.vmi("vm1")
-    assert kv.vmi_phase(vmi) == "Scheduling"
-    assert kv._condition(vmi, "PodScheduled") == {
+    assert vmi_phase(vmi) == "Scheduling"
+    assert condition_of(vmi, "PodScheduled") == {
         "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
         "message": f"0/1 nodes are available: 1 Insufficient {VF}.",
-        "lastTransitionTime": kv._condition(vmi, "PodScheduled")["lastTransitionTime"]}
+        "lastTransitionTime": condition_of(vmi, "PodScheduled")["lastTransitionTime"]}
     assert world.vm("vm1")["status"]["printableStatus"] == "ErrorUnschedulable"
     [pod] = world.pods(vmi["metadata"]["uid"])
     assert pod["status"]["phase"] == "Pending" and not pod["spec"].get("nodeName")
@@ -533,7 +533,7 @@ def test_a_taken_device_blocks_scheduling_until_its_holder_powers_off(world):
     world.kubevirt.guest_power_off("default", "vm2")
     world.kubevirt.wait_idle()
     assert world.phase("vm1") == "Running"
-    assert kv._condition(world.vmi("vm1"), "PodScheduled") is None
+    assert condition_of(world.vmi("vm1"), "PodScheduled") is None
     assert world.vm("vm1")["status"]["printableStatus"] == "Running"
 
 

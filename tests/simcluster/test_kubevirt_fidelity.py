@@ -1,6 +1,6 @@
 """Where the simulated KubeVirt and KubeVirt's own virt-controller must agree, asked of both.
 
-Each case runs on the simulator (simcluster.kubevirt.KubeVirtSim plays every controller) and on the real
+Each case runs on the simulator (simcluster.kubevirt.sim.KubeVirtSim plays every controller) and on the real
 control plane, where virt-controller built from kubevirt.io/kubevirt at that version decides and KubeVirtSim is
 only the node stand-in (scheduler, kubelet, virt-handler). The cases are the rows of vmi-cleanup's decision
 table (docs/facts.md §2): per version and run strategy, what follows a guest power-off (VMI Succeeded), a
@@ -17,7 +17,7 @@ import time
 import pytest
 
 from simcluster.builders.devices import SEED_DEVICE, VF, host_device
-from simcluster.kubevirt import KubeVirtSim
+from simcluster.kubevirt.sim import KubeVirtSim
 from simcluster.play import virtctl_start
 from tests import backends
 from tests.e2e import eventually, kubevirt_versions

@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from simcluster import node_migration as nm
+from simcluster.kubevirt import migration as nm
 
 START = datetime(2026, 12, 2, 5, 0, 0, tzinfo=UTC)
 

@@ -65,7 +65,7 @@ def cluster(request):
     backend, version = request.param
     if backend == backends.SIM:
         from simcluster.apiserver import SimCluster
-        from simcluster.kubevirt import KubeVirtSim
+        from simcluster.kubevirt.sim import KubeVirtSim
 
         c = SimCluster(kubevirt_version=version).start()
         c.kubevirt_sim = KubeVirtSim(c, version=version).start()

@@ -7,7 +7,7 @@ person would; the migration controller creates the target pod, hands it to the V
 writes the VMIM's phases, copies the final migrationState and records its Events; the node stand-in plays the
 scheduler (a cordoned node), the kubelet and virt-handler, and virt-launcher's migration monitor aborts the
 migration on its completion budget or progress timeout with the numbers virt-controller handed to the VMI
-(`KubeVirtSim.plan_migration`, simcluster/node_migration.py; time is compressed).
+(`KubeVirtSim.plan_migration`, simcluster/kubevirt/migration.py; time is compressed).
 
 The simulated KubeVirt has no migration controller, so on the simulator each test plays KubeVirt's part: it
 creates the VM, VMI and VMIM, KubeVirt's own Events, and moves the VMIM to its final phase with a status patch
@@ -20,7 +20,6 @@ import uuid
 
 import pytest
 
-from simcluster import node_migration as nm
 from simcluster.builders.migration import (
     NOT_COMPLETED,
     STUCK,
@@ -30,6 +29,7 @@ from simcluster.builders.migration import (
     make_policy,
     unschedulable_events,
 )
+from simcluster.kubevirt import migration as nm
 from tests import backends, e2e
 from tests.e2e import eventually, kubevirt_versions
 from tests.rbac import assert_exact_rbac
