@@ -16,7 +16,8 @@ from datetime import datetime
 
 from functions.alert_forwarder import wording
 from functions.alert_forwarder.received import PREFIX, Received
-from functions.alert_forwarder.settings import FUNCTION, SEVERITIES, Settings
+from functions.alert_forwarder.settings import FUNCTION, Settings
+from shared.declaration import SEVERITIES
 
 _SEVERITY_ALIASES = {"informational": "info", "notice": "info", "warn": "warning", "error": "critical",
                      "high": "critical", "page": "critical"}
