@@ -128,9 +128,9 @@ def sequence(items: Sequence[Any], indent: int) -> list[str]:
     return lines
 
 
-def document(obj: Mapping[str, Any], head: str = "") -> str:
-    """One YAML document, with `head` as the comment above it."""
-    return "\n".join((comment(head, 0) if head else []) + mapping(obj, 0)) + "\n"
+def document(obj: Mapping[str, Any], head: str = "", indent: int = 0) -> str:
+    """One YAML document, with `head` as the comment above it; `indent`: every line shifted (a block in a block)."""
+    return "\n".join((comment(head, indent) if head else []) + mapping(obj, indent)) + "\n"
 
 
 def documents(docs: Sequence[tuple[str, Mapping[str, Any]]]) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib
+import re
 import subprocess
 import sys
 
@@ -199,3 +200,59 @@ def test_every_function_that_creates_its_own_configmap_is_held_to_it_by_the_poli
                 assert user in text and all(n in text for n in own), (
                     f"{function.name} may create ConfigMaps in vmevents ({manifests.role_name(function, grant)}): "
                     f"{policy.relative_to(REPO)} must let it create only its own ({own})")
+
+
+# -- what the docs say of a declaration ----------------------------------------------------------------------------
+def table_rows(path, first_cell: str) -> list[str]:
+    """The rows of the Markdown table in `path` whose header starts with `first_cell`."""
+    rows, inside = [], False
+    for line in (REPO / path).read_text().splitlines():
+        if line.startswith(f"| {first_cell} |"):
+            inside = True
+        elif inside and not line.startswith("|"):
+            break
+        elif inside:
+            rows.append(line)
+    return rows
+
+
+@pytest.mark.parametrize("function", [f for f in declarations() if f.alerts], ids=lambda f: f.name)
+def test_the_docs_tables_of_categories_name_every_declared_category(function):
+    """docs/alert-forwarder.md's table (category → alert) and docs/findings.md's per-producer table list what the
+    declaration says; README has each alert's runbook."""
+    forwarder = table_rows("docs/alert-forwarder.md", "category (producer)")
+    for alert in function.alerts:
+        [row] = [r for r in forwarder if f"`{alert.name}`" in r] or [""]
+        missing = [c for c in alert.categories if f"`{c}`" not in row]
+        assert row and not missing and alert.severity in row and f"({function.name})" in row, (
+            f"docs/alert-forwarder.md: the row of {alert.name} must name {function.name}'s categories "
+            f"{list(alert.categories)} and the default severity {alert.severity}")
+        assert f"\n### {alert.name}\n" in (REPO / "README.md").read_text(), \
+            f"README.md has no runbook `### {alert.name}` (its runbook_url's anchor #{alert.runbook})"
+    [row] = [r for r in table_rows("docs/findings.md", "producer") if r.startswith(f"| {function.name} |")] or [""]
+    missing = [c for c in function.categories if f"`{c}`" not in row]
+    assert row and not missing, f"docs/findings.md, Per producer: {function.name}'s row lacks {missing}"
+
+
+@pytest.mark.parametrize("function", declarations(), ids=lambda f: f.name)
+def test_the_docs_page_names_every_event_reason_and_reply_type(function):
+    page = (REPO / "docs" / f"{function.name}.md").read_text()
+    code = "\n".join(p.read_text() for p in (REPO / "functions" / function.package).glob("*.py")
+                     if p.name != "declaration.py")
+    for reason in function.reasons:
+        assert f"`{reason}`" in page, f"docs/{function.name}.md does not document its Event reason {reason}"
+        assert f'"{reason}"' in code, f"functions/{function.package}/ records no Event {reason}: remove it from " \
+                                      f"declaration.py"
+    for what in function.replies:
+        assert f"io.vmevents.{function.name}.{what}" in page, \
+            f"docs/{function.name}.md does not document its reply io.vmevents.{function.name}.{what}"
+
+
+def test_the_charts_scoped_bindings_are_the_declared_ones():
+    """The chart binds a grant scoped by a setting with one RoleBinding per namespace the value lists
+    (templates/objects.yaml, `$scoped`): the same grants as the declarations'."""
+    template = REPO / "deploy" / "chart" / "vmevents" / "templates" / "objects.yaml"
+    found = set(re.findall(r'"(vmevents-[a-z-]+)" \(list "([a-z-]+)" "([A-Z_]+)"\)', template.read_text()))
+    declared = {(manifests.role_name(f, g), f.service_name, g.scoped_by) for f in declarations() for g in f.grants
+                if g.scoped_by}
+    assert found == declared, f"{template.relative_to(REPO)}'s $scoped must list {sorted(declared)}"
