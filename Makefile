@@ -2,7 +2,7 @@
 PYTHON ?= python3
 STAMP := .run/installed
 
-.PHONY: install run cluster cluster-down test lint typecheck check bench clean image lock deploy undeploy e2e fuzz
+.PHONY: install run cluster cluster-down test lint typecheck check bench clean image lock deploy undeploy e2e fuzz generate
 
 # Install on a real cluster (README "Install on Harvester"). IMAGE must match deploy/base/kustomization.yaml
 # `images` (tests/deploy/test_deploy.py checks the default); OVERLAY is one of deploy/overlays/.
@@ -40,6 +40,12 @@ test: $(STAMP)
 # The fuzz suite (tests/fuzz/, part of `make test`) with ten times as many requests per function; prints the tally.
 fuzz: $(STAMP)
 	VMEVENTS_FUZZ=long $(PYTHON) -m pytest -q tests/fuzz
+
+# Every file derived from the functions' declarations (functions/<name>/declaration.py): deploy/base, the chart's and
+# the Add-on's values, the docs' settings tables, README's table, alert-forwarder's table (catalog/; tests/test_catalog.py
+# fails, naming the file, when one is not what its declaration makes).
+generate:
+	$(PYTHON) -m catalog
 
 # The configuration of both is in pyproject.toml ([tool.ruff], [tool.mypy]); .pre-commit-config.yaml runs the same.
 lint: $(STAMP)

@@ -12,7 +12,6 @@ from shared.replies import Reply, reply_type
 
 DETECTED, RESOLVED, REPORTED = "detected", "resolved", "reported"  # a finding's state in a reply
 BATCH = "batch"                              # several notices of one event, in one summary reply
-SEVERITIES = ("info", "warning", "critical")
 # The label that makes an alert one finding's alone: the digest of the finding's whole identity (function,
 # category, subject, key), the same digest that names its Event (`<recipient>.f<digest>`). The readable labels a
 # producer gives (namespace, vm, device, ...) route and group; they need not tell apart two findings (a holder

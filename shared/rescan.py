@@ -30,18 +30,19 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Generic, TypeVar
 
+from shared.declaration import RESCAN_BUDGET, RESCAN_WORKERS
 from shared.kube import Forbidden
-from shared.settings import Env, SettingsError, format_duration
+from shared.settings import SettingsError, format_duration
 
 C = TypeVar("C")
 T = TypeVar("T")
 
 # The Trigger's delivery timeout (deploy/base/<function>.yaml `delivery.timeout: PT30S`;
-# tests/deploy check that they agree). The budget leaves a third of it for visits already started
-# and for the answer to travel back.
+# tests/deploy check that they agree). The budget (shared/declaration.py RESCAN_BUDGET: 20s) leaves a third of it
+# for visits already started and for the answer to travel back.
 DELIVERY_TIMEOUT = timedelta(seconds=30)
-DEFAULT_BUDGET = DELIVERY_TIMEOUT * 2 / 3
-DEFAULT_WORKERS = 8
+DEFAULT_BUDGET: timedelta = RESCAN_BUDGET.value
+DEFAULT_WORKERS = int(RESCAN_WORKERS.value)
 
 
 @dataclass(frozen=True)
@@ -52,13 +53,12 @@ class Settings:
 
 def load(environ: Mapping[str, str]) -> Settings:
     """RESCAN_BUDGET (a duration, at most the delivery timeout) and RESCAN_WORKERS (1-32)."""
-    env = Env(environ)
-    budget = env.duration("RESCAN_BUDGET", format_duration(DEFAULT_BUDGET))
+    budget = RESCAN_BUDGET.read(environ)
     if not timedelta(seconds=1) <= budget <= DELIVERY_TIMEOUT:
         raise SettingsError(f"RESCAN_BUDGET={format_duration(budget)} must be from 1s to the Trigger's delivery "
                             f"timeout ({format_duration(DELIVERY_TIMEOUT)}); use a value like "
                             f"{format_duration(DEFAULT_BUDGET)}.")
-    workers = env.number("RESCAN_WORKERS", DEFAULT_WORKERS, minimum=1, maximum=32)
+    workers = RESCAN_WORKERS.read(environ)
     if workers != int(workers):
         raise SettingsError(f"RESCAN_WORKERS={workers:g} is not a whole number; use a value like {DEFAULT_WORKERS}.")
     return Settings(budget=budget, workers=int(workers))

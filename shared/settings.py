@@ -96,6 +96,13 @@ class Env:
                                 f"use a comma-separated list like 'default,vms'.")
         return items
 
+    def namespace(self, name: str, default: str) -> str:
+        """One namespace name (e.g. where Longhorn's objects live)."""
+        value = self.raw(name, default)
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", value):
+            raise SettingsError(f"{name}={value!r} is not a namespace name; use a value like {default}.")
+        return value
+
     def object_ref(self, name: str, default: str, *, optional: bool = False) -> tuple[str, str] | None:
         """`namespace/name` of an object (a ConfigMap vmevents keeps); with `optional`, empty means none."""
         value = self.raw(name, default)

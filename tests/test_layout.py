@@ -14,7 +14,8 @@ import pytest
 from tests.conftest import REPO
 
 # -- reading a module -----------------------------------------------------------------------------
-FIRST_PARTY = ("shared", "functions", "localknative", "simcluster", "controlplane", "bench", "tests", "image")
+FIRST_PARTY = ("shared", "functions", "localknative", "simcluster", "controlplane", "bench", "tests", "image",
+               "catalog")
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,8 @@ RULES = {
     "functions": Rule("a function imports shared/ and its own modules only: never another function, "
                       "the local Knative, the simulator, the control plane, the benchmarks or the tests",
                       allowed=("shared",)),
+    "catalog": Rule("catalog/ derives files from the functions' declarations: it imports shared/ only (it loads each "
+                    "functions/<name>/declaration.py by its name in catalog.FUNCTIONS)", allowed=("shared",)),
     "localknative": Rule("localknative/ stands in for Knative: it imports shared/ only", allowed=("shared",)),
     "simcluster": Rule("the simulated cluster never imports the tests, the benchmarks or the control plane "
                        "(they import it)", forbidden=("tests", "bench", "controlplane")),
@@ -164,6 +167,9 @@ def test_imports_go_one_way(path):
     ("functions/vmi_cleanup/example.py", "import controlplane\n", False),
     ("functions/vmi_cleanup/example.py", "from . import decide\nfrom functions.vmi_cleanup import wording\n"
                                          "from shared.kube import VMI\n", True),
+    ("catalog/example.py", "from functions.vmi_cleanup import settings\n", False),
+    ("catalog/example.py", "from shared.declaration import Function\nfrom catalog import yamltext\n", True),
+    ("functions/vmi_cleanup/example.py", "import catalog\n", False),
     ("localknative/example.py", "from simcluster.apiserver import SimCluster\n", False),
     ("localknative/example.py", "from shared import intake\nfrom localknative.paths import REPO\n", True),
     ("simcluster/example.py", "from tests.e2e import eventually\n", False),

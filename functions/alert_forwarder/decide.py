@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from functions.alert_forwarder import wording
+from functions.alert_forwarder.categories import CATEGORIES
 from functions.alert_forwarder.received import PREFIX, Received
-from functions.alert_forwarder.settings import FUNCTION, SEVERITIES, Settings
+from functions.alert_forwarder.settings import FUNCTION, Settings
+from shared.declaration import SEVERITIES
 
 _SEVERITY_ALIASES = {"informational": "info", "notice": "info", "warn": "warning", "error": "critical",
                      "high": "critical", "page": "critical"}
@@ -33,26 +35,9 @@ class Kind:
     runbook: str
 
 
-_DEVICE = Kind("VMHostDeviceConflict", "warning", "vmhostdeviceconflict")
-_IO = Kind("VMPausedOnIOError", "critical", "vmpausedonioerror")
-_MIGRATION = Kind("VMMigrationFailed", "warning", "vmmigrationfailed")
-_STUCK = Kind("VMStuck", "warning", "vmstuck")
-
-TABLE: dict[str, Kind] = {
-    # device-conflict (docs/device-conflict.md)
-    "taken-while-stopped": _DEVICE, "start-blocked": _DEVICE, "double-assigned": _DEVICE,
-    # io-pause-report (docs/io-pause-report.md)
-    "rebuild-related": _IO, "out-of-space": _IO, "stuck-paused": _IO, "unknown-storage": _IO, "storage-error": _IO,
-    # migration-report (docs/migration-report.md)
-    "completion-timeout": _MIGRATION, "progress-stall": _MIGRATION, "target-unschedulable": _MIGRATION,
-    "target-pod-removed": _MIGRATION, "vmi-shutdown": _MIGRATION, "aborted": _MIGRATION, "libvirt-error": _MIGRATION,
-    "unknown": _MIGRATION,
-    "near-timeout": Kind("VMMigrationNearTimeout", "warning", "vmmigrationneartimeout"),
-    # vm-stuck-report (docs/vm-stuck-report.md): one alert, the state in its labels, the cause in its description
-    "stuck-starting": _STUCK, "stuck-stopping": _STUCK, "stuck-terminating": _STUCK, "stuck-migrating": _STUCK,
-    # vmi-cleanup (docs/vmi-cleanup.md)
-    "vmi-cleaned-up": Kind("VMICleanedUp", "info", "vmicleanedup"),
-}
+# Every producer's declared alerts (functions/<name>/declaration.py), copied into categories.py by `make generate`:
+# a function never imports another (docs/findings.md, "Which category becomes which alert").
+TABLE: dict[str, Kind] = {category: Kind(*row) for category, row in CATEGORIES.items()}
 
 
 def kind_of(finding: Received) -> Kind:

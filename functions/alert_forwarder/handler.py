@@ -19,9 +19,10 @@ import orjson
 from functions.alert_forwarder import wording
 from functions.alert_forwarder.decide import Alert, below_threshold, decide, given_severity, one_per_labels, refresh
 from functions.alert_forwarder.received import PREFIX, findings, on_record
-from functions.alert_forwarder.settings import FUNCTION, SEVERITIES, Settings, read_headers, read_token
+from functions.alert_forwarder.settings import FUNCTION, Settings, read_headers, read_token
 from functions.alert_forwarder.transport import ReceiverRefused
 from functions.alert_forwarder.transport import post as _post
+from shared.declaration import SEVERITIES
 from shared.environ import environ_get
 from shared.errors import TemporaryError, VmeventsError, longest_retry_after
 from shared.finding import RESOLVED

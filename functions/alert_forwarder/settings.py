@@ -10,13 +10,22 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from functions.alert_forwarder.declaration import (
+    ALERT_CLOCK_SKEW,
+    ALERT_RESOLVED_FOR,
+    ALERT_TTL,
+    ALERT_VALID_FOR,
+    DECLARATION,
+    MIN_SEVERITY,
+    RUNBOOK_BASE_URL,
+    SEND_TIMEOUT,
+    WEBHOOK_FORMAT,
+)
 from shared.redact import origin
 from shared.settings import Env, SettingsError
 
-FUNCTION = "alert-forwarder"
-SEVERITIES = ("info", "warning", "critical")  # the Prometheus community's usual `severity` values, in rank order
-DEFAULT_RUNBOOK_BASE = "https://github.com/vmevents/vmevents/blob/main/README.md"
-WEBHOOK_FORMATS = ("json", "slack")
+FUNCTION = DECLARATION.name
+DEFAULT_RUNBOOK_BASE = RUNBOOK_BASE_URL.default
 
 
 @dataclass(frozen=True)
@@ -32,20 +41,20 @@ class Receiver:
 class Settings:
     alertmanager: Receiver | None = None
     webhook: Receiver | None = None
-    webhook_format: str = "json"
-    min_severity: str = "warning"
+    webhook_format: str = WEBHOOK_FORMAT.value
+    min_severity: str = MIN_SEVERITY.value
     cluster: str = ""
-    alert_ttl: timedelta = timedelta(hours=1)
+    alert_ttl: timedelta = ALERT_TTL.value
     # A finding with an episode is kept alive as Prometheus keeps its alerts (docs/alert-forwarder.md): each
     # post of its firing alert ends `valid_for` later (Prometheus: 4 × max(evaluation interval, resend delay
     # 1m), rules/alerting.go sendAlerts), and every tick re-posts it from the finding's record; a resolved
     # one is re-posted for `resolved_for` (Prometheus' resolvedRetention, 15m) with its end `clock_skew` in
     # the past, so that an Alertmanager whose clock is behind ours still sees it ended.
-    valid_for: timedelta = timedelta(minutes=4)
-    resolved_for: timedelta = timedelta(minutes=15)
-    clock_skew: timedelta = timedelta(minutes=1)
+    valid_for: timedelta = ALERT_VALID_FOR.value
+    resolved_for: timedelta = ALERT_RESOLVED_FOR.value
+    clock_skew: timedelta = ALERT_CLOCK_SKEW.value
     runbook_base: str = DEFAULT_RUNBOOK_BASE
-    timeout: float = 5.0
+    timeout: float = SEND_TIMEOUT.value
     # Origins besides a receiver's own that a 307/308 may lead to (transport.py): none by default.
     redirect_origins: tuple[str, ...] = ()
 
@@ -61,22 +70,23 @@ class Settings:
         alertmanager = Receiver(am_urls, _file(env, "ALERTMANAGER_BEARER_TOKEN_FILE", read_token),
                                 _verify(env, "ALERTMANAGER"))
         webhook = Receiver(webhook_urls, _file(env, "WEBHOOK_HEADERS_FILE", read_headers), _verify(env, "WEBHOOK"))
-        runbook = env.raw("RUNBOOK_BASE_URL", DEFAULT_RUNBOOK_BASE)
+        runbook = RUNBOOK_BASE_URL.read(environ)
         if not _is_http_url(runbook):
             raise SettingsError(f"RUNBOOK_BASE_URL={runbook!r} is not an http(s) URL; use the address of this "
                                 f"README, like {DEFAULT_RUNBOOK_BASE}.")
         return cls(alertmanager=alertmanager if am_urls else None, webhook=webhook if webhook_urls else None,
-                   webhook_format=env.choice("WEBHOOK_FORMAT", "json", WEBHOOK_FORMATS),
-                   min_severity=env.choice("MIN_SEVERITY", "warning", SEVERITIES),
+                   webhook_format=WEBHOOK_FORMAT.read(environ),
+                   min_severity=MIN_SEVERITY.read(environ),
                    cluster=_label_value(env, "CLUSTER_NAME"),
-                   alert_ttl=_positive(env.duration("ALERT_TTL", "1h"), "ALERT_TTL", "1h"),
-                   valid_for=_longer_than_a_tick(env.duration("ALERT_VALID_FOR", "4m"), "ALERT_VALID_FOR", "4m"),
-                   resolved_for=_longer_than_a_tick(env.duration("ALERT_RESOLVED_FOR", "15m"), "ALERT_RESOLVED_FOR",
-                                                    "15m"),
-                   clock_skew=_at_most(env.duration("ALERT_CLOCK_SKEW", "1m"), "ALERT_CLOCK_SKEW",
-                                       timedelta(minutes=10), "1m"),
+                   alert_ttl=_positive(ALERT_TTL.read(environ), ALERT_TTL.name, ALERT_TTL.default),
+                   valid_for=_longer_than_a_tick(ALERT_VALID_FOR.read(environ), ALERT_VALID_FOR.name,
+                                                 ALERT_VALID_FOR.default),
+                   resolved_for=_longer_than_a_tick(ALERT_RESOLVED_FOR.read(environ), ALERT_RESOLVED_FOR.name,
+                                                    ALERT_RESOLVED_FOR.default),
+                   clock_skew=_at_most(ALERT_CLOCK_SKEW.read(environ), ALERT_CLOCK_SKEW.name,
+                                       timedelta(minutes=10), ALERT_CLOCK_SKEW.default),
                    runbook_base=runbook,
-                   timeout=env.number("SEND_TIMEOUT", 5.0, minimum=0.1, maximum=60),
+                   timeout=SEND_TIMEOUT.read(environ),
                    redirect_origins=_origins(env, "REDIRECT_ALLOWED_ORIGINS"))
 
 

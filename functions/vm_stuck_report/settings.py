@@ -1,13 +1,22 @@
 """vm-stuck-report's settings: every environment variable it reads, read once at start-up."""
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from functions.vm_stuck_report.declaration import (
+    DECLARATION,
+    VM_STUCK_AFTER,
+    VM_STUCK_AFTER_BY_STATE,
+    VM_STUCK_EXCLUDE_NAMESPACES,
+    VM_STUCK_NAMESPACES,
+)
 from shared import rescan as rescan_settings
-from shared.settings import Env, SettingsError, in_scope, parse_duration
+from shared.settings import SettingsError, in_scope, parse_duration
+
+FINDING_RENEW_AFTER = DECLARATION.setting("FINDING_RENEW_AFTER")
+LONGHORN_NAMESPACE = DECLARATION.setting("LONGHORN_NAMESPACE")
 
 # The states a VM (its status.printableStatus) or a migration (its VMIM's phase) can be stuck in, and how long
 # each may last before it is reported. The words are KubeVirt's (staging/src/kubevirt.io/api/core/v1/types.go
@@ -24,7 +33,7 @@ GROUPS: dict[str, str] = {**{s: "starting" for s in STARTING}, **{s: "stopping" 
                           **{s: "terminating" for s in TERMINATING}, **{s: "migrating" for s in MIGRATING},
                           **{f"Migration{p}": "migrating" for p in MIGRATION_PHASES}}
 _VERBS = {"starting": "start", "stopping": "stop", "terminating": "terminate", "migrating": "migrate"}
-DEFAULT_AFTER = timedelta(minutes=10)
+DEFAULT_AFTER: timedelta = VM_STUCK_AFTER.value
 DEFAULT_THRESHOLDS: dict[str, timedelta] = {
     **{s: DEFAULT_AFTER for s in GROUPS},
     "Migrating": timedelta(minutes=30),  # no KubeVirt alert; a large guest's migration may legitimately run long
@@ -37,12 +46,12 @@ class Settings:
     # VM_STUCK_AFTER: how long any state may last (default 10m); VM_STUCK_AFTER_BY_STATE: per state, e.g.
     # "Stopping=15m,MigrationPending=20m" (the state words above)
     thresholds: Mapping[str, timedelta] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
-    namespaces: frozenset[str] = frozenset()          # VM_STUCK_NAMESPACES (empty: every namespace)
-    exclude_namespaces: frozenset[str] = frozenset()  # VM_STUCK_EXCLUDE_NAMESPACES
-    longhorn_namespace: str = "longhorn-system"       # LONGHORN_NAMESPACE: where Longhorn's Volumes live
+    namespaces: frozenset[str] = VM_STUCK_NAMESPACES.value          # empty: every namespace
+    exclude_namespaces: frozenset[str] = VM_STUCK_EXCLUDE_NAMESPACES.value
+    longhorn_namespace: str = LONGHORN_NAMESPACE.value              # where Longhorn's Volumes live
     # FINDING_RENEW_AFTER: the re-scan rewrites an open finding's Event once its last write is this old, so it
     # outlives kube-apiserver's --event-ttl (1 h by default) while the VM stays stuck (shared/ledger.py)
-    finding_renew_after: timedelta = timedelta(minutes=15)
+    finding_renew_after: timedelta = FINDING_RENEW_AFTER.value
     rescan: rescan_settings.Settings = rescan_settings.Settings()  # RESCAN_BUDGET, RESCAN_WORKERS
 
     def in_scope(self, namespace: str) -> bool:
@@ -73,18 +82,16 @@ def _by_state(text: str, base: timedelta) -> dict[str, timedelta]:
 
 def load(environ: Mapping[str, str]) -> Settings:
     """The settings from the environment; a bad value raises SettingsError naming the variable."""
-    env = Env(environ)
-    base = env.duration("VM_STUCK_AFTER", "10m")
+    base = VM_STUCK_AFTER.read(environ)
     if base <= timedelta(0):
         raise SettingsError("VM_STUCK_AFTER=0s would report every VM as it begins to start or stop; use a value "
                             "like 10m (KubeVirt's own alerts wait 5m to 10m).")
-    namespace = env.raw("LONGHORN_NAMESPACE", "longhorn-system")
-    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", namespace):
-        raise SettingsError(f"LONGHORN_NAMESPACE={namespace!r} is not a namespace name; "
-                            f"use a value like longhorn-system.")
-    return Settings(thresholds=_by_state(env.raw("VM_STUCK_AFTER_BY_STATE", ""), base),
-                    namespaces=env.names("VM_STUCK_NAMESPACES"),
-                    exclude_namespaces=env.names("VM_STUCK_EXCLUDE_NAMESPACES"),
+    namespace = LONGHORN_NAMESPACE.read(environ)
+    # Unset, every state takes VM_STUCK_AFTER and Migrating at least its 30m: what the declared default writes out.
+    by_state = environ.get(VM_STUCK_AFTER_BY_STATE.name, "").strip()
+    return Settings(thresholds=_by_state(by_state, base),
+                    namespaces=VM_STUCK_NAMESPACES.read(environ),
+                    exclude_namespaces=VM_STUCK_EXCLUDE_NAMESPACES.read(environ),
                     longhorn_namespace=namespace,
-                    finding_renew_after=env.duration("FINDING_RENEW_AFTER", "15m"),
+                    finding_renew_after=FINDING_RENEW_AFTER.read(environ),
                     rescan=rescan_settings.load(environ))

@@ -5,11 +5,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
+from functions.vmi_cleanup.declaration import (
+    CLEANUP_AFTER,
+    CLEANUP_DRY_RUN,
+    CLEANUP_EXCLUDE_NAMESPACES,
+    CLEANUP_FAILED,
+    CLEANUP_NAMESPACES,
+    DECLARATION,
+)
 from shared import kubevirt as kv
 from shared import rescan as rescan_settings
-from shared.settings import Env, in_scope
+from shared.settings import in_scope
 
-FUNCTION = "vmi-cleanup"
+FUNCTION = DECLARATION.name
 
 # How the phases this function acts on appear in an object's JSON (the raw-bytes pre-check).
 _SUCCEEDED_TOKENS = (b'"Succeeded"',)
@@ -18,11 +26,12 @@ _FAILED_TOKENS = (b'"Succeeded"', b'"Failed"')
 
 @dataclass(frozen=True)
 class Settings:
-    cleanup_after: timedelta = timedelta(minutes=10)
-    cleanup_failed: bool = False
-    dry_run: bool = False
-    namespaces: frozenset[str] = frozenset()
-    exclude_namespaces: frozenset[str] = frozenset()
+    # The defaults are the declaration's (declaration.py), read as the environment is.
+    cleanup_after: timedelta = CLEANUP_AFTER.value
+    cleanup_failed: bool = CLEANUP_FAILED.value
+    dry_run: bool = CLEANUP_DRY_RUN.value
+    namespaces: frozenset[str] = CLEANUP_NAMESPACES.value
+    exclude_namespaces: frozenset[str] = CLEANUP_EXCLUDE_NAMESPACES.value
     rescan: rescan_settings.Settings = rescan_settings.Settings()  # RESCAN_BUDGET, RESCAN_WORKERS
 
     def in_scope(self, namespace: str) -> bool:
@@ -40,10 +49,9 @@ class Settings:
 
 def load(environ: Mapping[str, str]) -> Settings:
     """The settings from an environment mapping; a bad value raises SettingsError naming the variable."""
-    env = Env(environ)
-    return Settings(cleanup_after=env.duration("CLEANUP_AFTER", "10m"),
-                    cleanup_failed=env.boolean("CLEANUP_FAILED", False),
-                    dry_run=env.boolean("CLEANUP_DRY_RUN", False),
-                    namespaces=env.names("CLEANUP_NAMESPACES"),
-                    exclude_namespaces=env.names("CLEANUP_EXCLUDE_NAMESPACES"),
+    return Settings(cleanup_after=CLEANUP_AFTER.read(environ),
+                    cleanup_failed=CLEANUP_FAILED.read(environ),
+                    dry_run=CLEANUP_DRY_RUN.read(environ),
+                    namespaces=CLEANUP_NAMESPACES.read(environ),
+                    exclude_namespaces=CLEANUP_EXCLUDE_NAMESPACES.read(environ),
                     rescan=rescan_settings.load(environ))

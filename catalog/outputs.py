@@ -1,0 +1,25 @@
+"""Every file derived from the declarations, as it must read: {path relative to the repository: text}."""
+from __future__ import annotations
+
+from catalog import REPO, alerts, chart, declarations, docs, manifests
+
+
+def outputs() -> dict[str, str]:
+    functions = declarations()
+    found = {f"deploy/base/{manifests.file_name(f)}": manifests.manifest(f) for f in functions}
+    found["deploy/base/kustomization.yaml"] = manifests.kustomization(functions)
+    found["deploy/chart/vmevents/values.yaml"] = chart.values(functions)
+    found["deploy/harvester/addon.yaml"] = chart.addon(_read("deploy/harvester/addon.yaml"), functions)
+    found[alerts.PATH] = alerts.categories(functions)
+    found["README.md"] = docs.readme(_read("README.md"), functions)
+    for function in functions:
+        if function.settings:
+            path = f"docs/{function.name}.md"
+            found[path] = docs.settings_page(_read(path), function)
+    return found
+
+
+def _read(path: str) -> str:
+    """A page a generated part is written into (a missing page reads as empty, and its markers are then missing)."""
+    target = REPO / path
+    return target.read_text() if target.is_file() else ""
