@@ -50,11 +50,17 @@ def serve(monkeypatch, unreachable_kubeconfig):
     return make
 
 
+@functools.cache
+def _declared_settings() -> tuple[str, ...]:
+    from catalog import declarations
+
+    return tuple(sorted({s.name for f in declarations() for s in f.settings}))
+
+
 @pytest.fixture(autouse=True)
 def isolated_env(monkeypatch):
-    """No test sees the developer's cluster or settings."""
-    for name in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "CLEANUP_AFTER", "CLEANUP_FAILED", "CLEANUP_DRY_RUN",
-                 "CLEANUP_NAMESPACES", "CLEANUP_EXCLUDE_NAMESPACES"):
+    """No test sees the developer's cluster or settings (every setting a function declares)."""
+    for name in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", *_declared_settings()):
         monkeypatch.delenv(name, raising=False)
 
 

@@ -256,3 +256,21 @@ def test_the_charts_scoped_bindings_are_the_declared_ones():
     declared = {(manifests.role_name(f, g), f.service_name, g.scoped_by) for f in declarations() for g in f.grants
                 if g.scoped_by}
     assert found == declared, f"{template.relative_to(REPO)}'s $scoped must list {sorted(declared)}"
+
+
+# -- the benchmarks' lists ----------------------------------------------------------------------------------------
+def test_every_function_that_takes_events_has_an_irrelevant_event_in_the_benchmarks():
+    from bench.events import IRRELEVANT
+
+    missing = [f.name for f in declarations() if f.trigger and f.name not in IRRELEVANT]
+    assert not missing, f"bench/events.py IRRELEVANT has no case for {missing} (its most common irrelevant event)"
+
+
+def test_every_function_that_reads_the_api_on_a_tick_has_its_api_cost_measured():
+    from bench.api_cost import FUNCTIONS
+
+    measured = {f.name for f in FUNCTIONS}
+    missing = [f.name for f in declarations() if f.trigger and f.trigger.on and f.trigger.tick
+               and f.name not in measured]
+    assert not missing, f"bench/api_cost.py FUNCTIONS has no row for {missing} (its re-scan at 10,000 VMs)"
+    assert all(f.package == catalog.declared(f.name).package for f in FUNCTIONS)

@@ -4,8 +4,12 @@ Each module has `play()`, which uses `simcluster.play.stage(...)` to get a simul
 KubeVirt and every function, broker and source of deploy/ running, and prints a timeline.
 """
 import importlib
+from pathlib import Path
 
-ALL = ["vmi_cleanup", "device_conflict", "migration_report", "io_pause_report", "vm_stuck_report", "alert_forwarder"]
+from catalog import FUNCTIONS
+
+# Every function with a story here (simcluster/stories/<package>.py), in catalog.FUNCTIONS' order.
+ALL = [package for package in FUNCTIONS if (Path(__file__).parent / f"{package}.py").is_file()]
 
 
 def load(name: str):

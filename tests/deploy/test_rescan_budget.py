@@ -6,11 +6,13 @@ from datetime import timedelta
 
 import pytest
 
+from catalog import declarations
 from shared import rescan
 from shared.settings import parse_duration
 from tests.deploy.kustomize import KUSTOMIZATIONS, env_of, ident, knative_services, of_kind, render
 
-RESCANNING = ("vmi-cleanup", "io-pause-report", "migration-report", "vm-stuck-report")
+# The functions whose tick is a budgeted re-scan: those that declare RESCAN_BUDGET.
+RESCANNING = tuple(f.name for f in declarations() if "RESCAN_BUDGET" in {s.name for s in f.settings})
 
 
 def iso_seconds(text: str) -> timedelta:

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
+from catalog import declarations
 from tests.http_cases import assert_refused, source_of
 
-KUBE_FUNCTIONS = {"vmi_cleanup": "VirtualMachineInstance", "device_conflict": "VirtualMachine",
-                  "migration_report": "VirtualMachineInstanceMigration", "io_pause_report": "VirtualMachineInstance",
-                  "vm_stuck_report": "VirtualMachine"}
+# Each function that takes ApiServerSource events, and the first kind its Trigger takes (its declaration).
+KUBE_FUNCTIONS = {f.package: f.trigger.on[0].kinds[0] for f in declarations() if f.trigger and f.trigger.on}
 
 
 def reference(name="vm1", namespace="default", kind="VirtualMachineInstance", verb="update"):
@@ -39,7 +39,9 @@ def test_hostile_reference_is_a_400_before_any_api_call(serve, package, what, na
     assert_refused(client.post("/", headers=headers, data=body), fragment)
 
 
-@pytest.mark.parametrize("package", [*sorted(KUBE_FUNCTIONS), "alert_forwarder"])  # dead-letter logs it
+# and every function that takes replies (dead-letter, which takes no Trigger's events, logs it)
+@pytest.mark.parametrize("package", [*sorted(KUBE_FUNCTIONS), *(f.package for f in declarations()
+                                                                if f.trigger and f.trigger.replies)])
 @pytest.mark.parametrize("attribute,value", [("kind", {"a": 1}), ("subject", ["x"]), ("extra", [[["deep"]]])])
 def test_a_structured_attribute_of_the_wrong_type_is_a_400(serve, package, attribute, value):
     client = serve(source_of(package))

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 from functions_framework import create_app
 
+from catalog import declarations
 from functions.device_conflict import assignment, reads
 from functions.device_conflict.index import Index
 from functions.migration_report import cursor
@@ -25,14 +26,8 @@ from simcluster.builders import kubevirt as kvb
 from tests.http_cases import source_of
 
 WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
-# function -> (package, ServiceAccount "ns/name" or None when it has no API access)
-FUNCTIONS = {"vmi-cleanup": ("vmi_cleanup", "vmevents/vmi-cleanup"),
-             "device-conflict": ("device_conflict", "vmevents/device-conflict"),
-             "migration-report": ("migration_report", "vmevents/migration-report"),
-             "io-pause-report": ("io_pause_report", "vmevents/io-pause-report"),
-             "vm-stuck-report": ("vm_stuck_report", "vmevents/vm-stuck-report"),
-             "alert-forwarder": ("alert_forwarder", "vmevents/alert-forwarder"),
-             "dead-letter": ("dead_letter", None)}
+# function -> (package, ServiceAccount "ns/name" or None when it has no API access), from the declarations
+FUNCTIONS = {f.name: (f.package, f"vmevents/{f.account}" if f.account else None) for f in declarations()}
 
 
 class FuzzWorld:
