@@ -274,3 +274,21 @@ def test_every_function_that_reads_the_api_on_a_tick_has_its_api_cost_measured()
                and f.name not in measured]
     assert not missing, f"bench/api_cost.py FUNCTIONS has no row for {missing} (its re-scan at 10,000 VMs)"
     assert all(f.package == catalog.declared(f.name).package for f in FUNCTIONS)
+
+
+def test_the_categories_a_producers_code_makes_are_the_declared_ones():
+    """A category the code makes but the declaration lacks would reach Alertmanager under a made-up name."""
+    from functions.device_conflict.decide import Category as DeviceCategory
+    from functions.io_pause_report.decide import Category as PauseCategory
+    from functions.vm_stuck_report.settings import GROUPS
+
+    made = {"device-conflict": {c.value for c in DeviceCategory}, "io-pause-report": {c.value for c in PauseCategory},
+            "vm-stuck-report": {f"stuck-{group}" for group in set(GROUPS.values())},
+            "vmi-cleanup": {"vmi-cleaned-up"}}
+    for name, categories in made.items():
+        assert categories == set(catalog.declared(name).categories), \
+            f"functions/{catalog.declared(name).package}/declaration.py: its alerts' categories must be {categories}"
+    source = "".join((REPO / "functions" / "migration_report" / f).read_text()
+                     for f in ("decide.py", "analysis.py", "arithmetic.py"))
+    for category in catalog.declared("migration-report").categories:
+        assert f'"{category}"' in source, f"migration-report never makes the declared category {category}"

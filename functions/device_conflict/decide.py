@@ -17,8 +17,10 @@ import enum
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
 from functions.device_conflict.index import Device, Ref, State, Workload, node_of
+from functions.device_conflict.settings import Settings
 
 
 class Category(enum.StrEnum):
@@ -97,18 +99,34 @@ def _conflicts_over(device: str, workloads: list[Workload]) -> list[DeviceConfli
     return []
 
 
+# -- one VM's check -------------------------------------------------------------------------------
+class Action(enum.StrEnum):
+    CONFLICT = "conflict"          # report the conflicts the VM is part of (each a finding)
+    NO_CONFLICT = "no-conflict"    # nothing to report
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What one VM's check read fresh: the VM ("namespace/name") and every workload that names or holds a
+    device it names (reads.around: the parameter object's entries, each VM and VMI read by GET)."""
+
+    vm: str
+    workloads: tuple[Workload, ...]
+
+
 @dataclass(frozen=True)
 class Verdict:
     """What one VM's check decides: report the conflicts it is part of, or nothing."""
 
-    action: str  # "conflict" or "no-conflict"
+    action: Action
     reason: str
     conflicts: tuple[DeviceConflict, ...] = ()
 
 
-def decide(vm: str, workloads: Iterable[Workload]) -> Verdict:
-    """The conflicts the VM `vm` ("namespace/name") is part of, among these workloads."""
-    conflicts = tuple(c for c in find_conflicts(workloads) if vm in {r.id for r in c.involved})
+def decide(facts: Facts, settings: Settings, now: datetime) -> Verdict:
+    """The conflicts the VM is part of, among the workloads it shares a device with. Pure: every fact is an
+    argument (a conflict is a fact of the present: neither the settings nor the time change it)."""
+    conflicts = tuple(c for c in find_conflicts(facts.workloads) if facts.vm in {r.id for r in c.involved})
     if not conflicts:
-        return Verdict("no-conflict", f"{vm} shares a device with no conflict")
-    return Verdict("conflict", "; ".join(f"{c.category} over {c.device}" for c in conflicts), conflicts)
+        return Verdict(Action.NO_CONFLICT, f"{facts.vm} shares a device with no conflict")
+    return Verdict(Action.CONFLICT, "; ".join(f"{c.category} over {c.device}" for c in conflicts), conflicts)

@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from functions.device_conflict import instancetypes, reads, wording
-from functions.device_conflict.decide import DeviceConflict, decide, find_conflicts
+from functions.device_conflict.decide import DeviceConflict, Facts, decide, find_conflicts
 from functions.device_conflict.index import (
     ALLOCATION_ANNOTATION,
     FINAL,
@@ -155,16 +155,16 @@ def check(found: Target, subject: str | None, ctx: KubeContext[Settings], delive
     if not seen.sharing:
         return Outcome("no-conflict", subject=subject,
                        reason=f"no other VM names or holds a device of {found.id}")
-    verdict = decide(found.id, seen.workloads)
+    verdict = decide(Facts(found.id, tuple(seen.workloads)), ctx.settings, ctx.clock())
     if not verdict.conflicts:
-        return Outcome(verdict.action, subject=subject, reason=verdict.reason)
+        return Outcome(verdict.action.value, subject=subject, reason=verdict.reason)
     ledger = _ledger(ctx)
     notices = [n for c in verdict.conflicts if (n := _sighted(c, ledger, ctx, delivery, count=True))]
     if not notices:  # seen again: its Event's count rose, and nothing is announced
-        return Outcome(verdict.action, effect="seen-again", subject=subject, reason=verdict.reason)
+        return Outcome(verdict.action.value, effect="seen-again", subject=subject, reason=verdict.reason)
     reply = one_or_summary(FUNCTION, subject or f"/vmevents/{FUNCTION}", [n.reply() for n in notices],
                            verdict.reason)
-    return Outcome(verdict.action, effect="reported", subject=subject, reason=verdict.reason, reply=reply)
+    return Outcome(verdict.action.value, effect="reported", subject=subject, reason=verdict.reason, reply=reply)
 
 
 # -- parse: is this event worth a look? (no API calls) -------------------------------------------

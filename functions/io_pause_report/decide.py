@@ -94,9 +94,14 @@ class Episode:
 
 @dataclass(frozen=True)
 class Facts:
+    """What the handler read fresh for one VMI: its volumes down to Longhorn, KubeVirt's IOerror Events, the
+    VMI itself (None when gone) and the episode on record (None when none is open)."""
+
     volumes: tuple[VolumeFacts, ...] = ()
     kubevirt: KubeVirtErrors = KubeVirtErrors()
     baseline: int = 0                   # for a new episode: KubeVirt's count when the last one ended
+    vmi: dict | None = None
+    episode: Episode | None = None
 
 
 # -- the verdict ------------------------------------------------------------------------------------
@@ -123,8 +128,9 @@ def io_paused(vmi: dict | None) -> dict | None:
     return None
 
 
-def decide(vmi: dict | None, facts: Facts, episode: Episode | None, settings: Settings, now: datetime) -> Verdict:
+def decide(facts: Facts, settings: Settings, now: datetime) -> Verdict:
     """What to report now. Pure: every fact is an argument."""
+    vmi, episode = facts.vmi, facts.episode
     paused = io_paused(vmi)
     since = None if paused is None else kv.parse_time(paused.get("lastTransitionTime")) or now
     same_vmi = vmi is not None and episode is not None and kv.meta(vmi).get("uid") == episode.vmi_uid

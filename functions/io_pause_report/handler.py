@@ -112,8 +112,8 @@ def converge(found: Target, ctx: KubeContext[Settings], delivery: str = "") -> O
         return Outcome(Action.SKIP.value, subject=subject, reason="not paused by an IO error")
     errors = kubevirt_errors(events, vmi)
     volumes = fetch_volumes(ctx, vmi, errors) if vmi is not None else ()
-    facts = Facts(volumes, errors, baseline_after_last_episode(events, involved, vmi))
-    verdict = decide(vmi, facts, episode, ctx.settings, ctx.clock())
+    facts = Facts(volumes, errors, baseline_after_last_episode(events, involved, vmi), vmi=vmi, episode=episode)
+    verdict = decide(facts, ctx.settings, ctx.clock())
     return act(verdict, facts, found, vmi, involved, _open(records), ctx, delivery)
 
 

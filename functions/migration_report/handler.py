@@ -2,9 +2,9 @@
 
 KubeVirt says little when a live migration fails (harvester#3429, #8539, #8617) and no KubeVirt alert
 covers it (docs/facts.md §4). This function re-reads the objects KubeVirt used — the migration, the VMI,
-the VM, the KubeVirt CR, the MigrationPolicies, KubeVirt's own Events — decides (decide.py: the policy it
-chose, the effective configuration, the data size rounded up to decimal GB, the completion budget and the
-progress timeout, the category), and reports once: a Kubernetes Event on the VMI and its VM, and a reply
+the VM, the KubeVirt CR, the MigrationPolicies, KubeVirt's own Events — decides (decide.py, with analysis.py:
+the policy it chose, the effective configuration, the data size rounded up to decimal GB, the completion budget
+and the progress timeout, the category), and reports once: a Kubernetes Event on the VMI and its VM, and a reply
 CloudEvent with the whole report (wording.py). The flow: on_event and rescan → converge → read → decide →
 report; the helpers follow in that order.
 
@@ -21,16 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from functions.migration_report import cursor
-from functions.migration_report.decide import (
-    VMIM_KIND,
-    Action,
-    Facts,
-    Verdict,
-    decide,
-    ended,
-    migration_state,
-    precheck,
-)
+from functions.migration_report.analysis import VMIM_KIND, migration_state
+from functions.migration_report.decide import Action, Facts, Verdict, decide, ended, precheck
 from functions.migration_report.settings import Settings
 from functions.migration_report.wording import finding, reply_data, resolved_message
 from shared import kubevirt as kv

@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from functions.migration_report.analysis import Explained
 from functions.migration_report.arithmetic import quantity
 from functions.migration_report.decide import Facts, Verdict
 from functions.migration_report.settings import Settings
@@ -14,12 +15,43 @@ FUNCTION = "migration-report"
 
 
 def reply_data(verdict: Verdict, facts: Facts, settings: Settings) -> dict:
-    """The whole report: KubeVirt's numbers and the category (decide.py), then the advice and the sentence."""
-    report = dict(verdict.report)
+    """The whole report: KubeVirt's numbers and the category (analysis.py), with the words: the detail where
+    KubeVirt wrote none, the data size's note, the advice and the sentence."""
+    report = _plain(verdict.report)
+    if report.get("detail") is None and verdict.explained is not None:
+        report["detail"] = explanation(verdict.explained, report)
+    if report.get("dataSize") and report["dataSize"]["blockMigration"]:
+        report["dataSize"]["note"] = BLOCK_MIGRATION_NOTE
     category = report["category"]
     report["advice"] = advise("completion-timeout" if category == "near-timeout" else category, report, facts)
     report["message"] = event_message(report, settings)
     return report
+
+
+BLOCK_MIGRATION_NOTE = ("BlockMigration: KubeVirt adds the ephemeral disks' size, which the API does not show; the "
+                        "real budget is at least this")
+
+
+def explanation(explained: Explained, report: Mapping[str, Any]) -> str:
+    """A failure's detail when KubeVirt wrote none: what the category rests on."""
+    if explained is Explained.RAN_OUT:
+        took, budget = report["timing"]["tookSeconds"], report["budget"]["completionTimeoutSeconds"]
+        return f"ran {took} s, the budget is {budget} s"
+    return {Explained.ABORT_REQUESTED: "an abort was requested (VMIM deleted or AbortRequested)",
+            Explained.JOB_CANCELLED: "the libvirt job was cancelled (an abort was requested)",
+            Explained.PROGRESS_TIMEOUT: "aborted before its completion budget ran out: the progress timeout",
+            Explained.UNSCHEDULABLE: "the target pod stayed unschedulable",
+            Explained.VMI_STOPPED: "the VMI stopped (or was deleted) while it was migrating",
+            Explained.NO_REASON: "KubeVirt recorded no failureReason and no Event that explains it"}[explained]
+
+
+def _plain(value: Any) -> Any:
+    """A copy of the verdict's read-only report as plain JSON values."""
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
 
 
 def finding(report: dict, facts: Facts, notice: str) -> Finding:

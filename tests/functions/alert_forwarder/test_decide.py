@@ -307,8 +307,8 @@ def _producers_findings():
 
     volume = VolumeFacts("disk-0", pvc="vm1-disk-0", pv="pv-1", longhorn_volume="pv-1", robustness="degraded",
                          rebuilding=True, progress=40)
-    facts = IoFacts((volume,), KubeVirtErrors(2, ("disk-0",), None, io_pause.NOW))
-    io_verdict = io_decide(io_pause.make_vmi(), facts, None, IoSettings(), io_pause.NOW)
+    facts = IoFacts((volume,), KubeVirtErrors(2, ("disk-0",), None, io_pause.NOW), vmi=io_pause.make_vmi())
+    io_verdict = io_decide(facts, IoSettings(), io_pause.NOW)
     advised = advice(io_verdict, facts, IoSettings())
     yield "io-pause-report", io_finding(io_verdict, "default/vm1", "default/vm1", "vmi-uid-1", advised,
                                         event_message(io_verdict, "default/vm1", advised)).data("detected")

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from functions.device_conflict.decide import Category, decide, find_conflicts
+from functions.device_conflict.decide import Category, Facts, decide, find_conflicts
 from functions.device_conflict.handler import target, worth_decoding
 from functions.device_conflict.index import Index, Ref, about_to_start
 from functions.device_conflict.settings import Settings
@@ -260,10 +260,10 @@ def test_an_escalation_says_what_it_became():
 
 def test_one_vms_verdict_names_only_the_conflicts_it_is_part_of():
     workloads = workloads_of(seed_vm1(), seed_vm2(), vmi("vm2", D1), vm("x", D2), vmi("x", D2), vm("y", D2))
-    verdict = decide("default/vm1", workloads.values())
+    verdict = decide(Facts("default/vm1", tuple(workloads.values())), Settings(), NOW)
     assert (verdict.action, verdict.reason) == ("conflict", f"{TAKEN} over {SEED_DEVICE}")
     assert [c.key for c in verdict.conflicts] == [SEED_TAKEN.key]
-    alone = decide("default/z", workloads.values())
+    alone = decide(Facts("default/z", tuple(workloads.values())), Settings(), NOW)
     assert (alone.action, alone.reason, alone.conflicts) == \
         ("no-conflict", "default/z shares a device with no conflict", ())
 

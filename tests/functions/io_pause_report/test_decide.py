@@ -1,6 +1,7 @@
 """io-pause-report's decision table, pure: fixed clock, small builders, one row per rule."""
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -73,7 +74,7 @@ NEW_EPISODES = [
 
 @pytest.mark.parametrize("vmi,known,action,category", NEW_EPISODES)
 def test_a_pause_with_no_open_episode(vmi, known, action, category):
-    verdict = decide(vmi, known, None, SETTINGS, NOW + timedelta(seconds=5))
+    verdict = decide(replace(known, vmi=vmi), SETTINGS, NOW + timedelta(seconds=5))
     assert verdict.action is action
     assert (verdict.category.value if verdict.category else None) == category
     if action is Action.REPORT:
@@ -108,19 +109,19 @@ OPEN = [
 
 @pytest.mark.parametrize("vmi,known,ep,action,pauses", OPEN)
 def test_an_open_episode(vmi, known, ep, action, pauses):
-    verdict = decide(vmi, known, episode(VMI, **ep), SETTINGS, NOW)
+    verdict = decide(replace(known, vmi=vmi, episode=episode(VMI, **ep)), SETTINGS, NOW)
     assert verdict.action is action, verdict.reason
     assert verdict.pauses == pauses
 
 
 def test_a_new_episode_of_the_same_vmi_counts_from_where_the_last_ended():
-    verdict = decide(VMI, facts(lh(), total=5, baseline=3), None, SETTINGS, NOW)
+    verdict = decide(replace(facts(lh(), total=5, baseline=3), vmi=VMI), SETTINGS, NOW)
     assert verdict.action is Action.REPORT and verdict.pauses == 2 and verdict.baseline == 3
 
 
 def advised(vmi, known) -> tuple[str, ...]:
     """The advice wording.py gives for what decide() says of a pause with no open episode."""
-    return advice(decide(vmi, known, None, SETTINGS, NOW), known, SETTINGS)
+    return advice(decide(replace(known, vmi=vmi), SETTINGS, NOW), known, SETTINGS)
 
 
 def test_rebuild_advice_names_the_volume_progress_and_the_kb_mitigations():
@@ -137,7 +138,7 @@ def test_out_of_space_advice_names_the_volume_and_its_size():
 
 def test_stuck_advice_is_a_stop_and_start():
     known = facts(lh())
-    verdict = decide(make_vmi(since=NOW - timedelta(minutes=30)), known, None, SETTINGS, NOW)
+    verdict = decide(replace(known, vmi=make_vmi(since=NOW - timedelta(minutes=30))), SETTINGS, NOW)
     assert verdict.cause.value == "rebuild-related"
     words = advice(verdict, known, SETTINGS)
     assert "Stop and start the VM" in words[0] and "harvester#11585" in words[0]
@@ -166,7 +167,7 @@ def test_two_failing_volumes_are_one_pause_each_time_not_two():
     both = [kubevirt_event(VMI, count=3, volume="disk-0"), kubevirt_event(VMI, count=3, volume="disk-1")]
     assert kubevirt_errors(both, VMI).total == 3
     first = [kubevirt_event(VMI, count=1, volume="disk-0"), kubevirt_event(VMI, count=1, volume="disk-1")]
-    verdict = decide(VMI, Facts(kubevirt=kubevirt_errors(first, VMI)), None, SETTINGS, NOW)
+    verdict = decide(Facts(kubevirt=kubevirt_errors(first, VMI), vmi=VMI), SETTINGS, NOW)
     assert verdict.action is Action.REPORT and verdict.pauses == 1
 
 
