@@ -1,6 +1,6 @@
 """`make run` with KUBECONFIG set: every function, the broker and the sources of deploy/, run locally against that
 cluster until Ctrl-C, printing the timeline, with the kubeconfig's own credentials; `python -m localknative`.
-vmi-cleanup only says what it would do unless VMEVENTS_ACT=true (CLEANUP_AFTER, when set, replaces deploy/'s 10m);
+vmi-cleanup only says what it would do unless VMEVENTS_ACT=true (CLEANUP_AFTER, when set, replaces deploy/'s);
 the reporting functions do record their Events.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from localknative.timeline import Timeline
 
 def cleanup_env(act: bool) -> dict[str, str]:
     """vmi-cleanup's settings over deploy/'s: the dry run unless acting, and a person's own CLEANUP_AFTER (deploy/
-    waits 10m; a story on `make cluster` need not)."""
+    waits minutes; a story on `make cluster` need not)."""
     env = {"CLEANUP_DRY_RUN": "false" if act else "true"}
     if os.environ.get("CLEANUP_AFTER"):
         env["CLEANUP_AFTER"] = os.environ["CLEANUP_AFTER"]

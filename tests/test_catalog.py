@@ -44,7 +44,8 @@ def test_each_derived_file_is_what_its_declaration_makes(path):
 def test_a_changed_declaration_makes_its_files_stale(monkeypatch):
     """The check bites: a default changed in a declaration, and its manifest is no longer what it must be."""
     vmi_cleanup = catalog.declared("vmi-cleanup")
-    settings = tuple(dataclasses.replace(s, default="30m") if s.name == "CLEANUP_AFTER" else s
+    other = "2h" if vmi_cleanup.setting("CLEANUP_AFTER").default != "2h" else "3h"
+    settings = tuple(dataclasses.replace(s, default=other) if s.name == "CLEANUP_AFTER" else s
                      for s in vmi_cleanup.settings)
     changed = tuple(dataclasses.replace(f, settings=settings) if f is vmi_cleanup else f for f in declarations())
     monkeypatch.setattr(catalog.outputs, "declarations", lambda: changed)

@@ -3,6 +3,7 @@ from datetime import timedelta
 
 import pytest
 
+from functions.vmi_cleanup.declaration import CLEANUP_AFTER
 from functions.vmi_cleanup.settings import Settings, load
 from shared.settings import SettingsError, format_duration, parse_duration
 
@@ -20,8 +21,10 @@ def test_format_duration_round_trips(seconds, text):
 
 
 def test_defaults():
+    """The delay is the declared one (functions/vmi_cleanup/declaration.py); Failed VMIs are never cleaned up and a
+    run is never a dry run unless asked."""
     s = load({})
-    assert s == Settings(cleanup_after=timedelta(minutes=10), cleanup_failed=False, dry_run=False)
+    assert s == Settings(cleanup_after=CLEANUP_AFTER.value, cleanup_failed=False, dry_run=False)
 
 
 def test_all_variables():

@@ -8,11 +8,9 @@ from functions.vmi_cleanup.handler import halt_patch
 from functions.vmi_cleanup.settings import Settings
 from simcluster.builders.kubevirt import FINISHED, make_vm, make_vmi
 
-DUE = FINISHED + timedelta(minutes=10)          # the default CLEANUP_AFTER has passed
-OLD, NEW = (1, 1, 1), (1, 3, 1)
-
-
 DEFAULTS = Settings()
+DUE = FINISHED + DEFAULTS.cleanup_after         # the default CLEANUP_AFTER has passed
+OLD, NEW = (1, 1, 1), (1, 3, 1)
 
 
 def case(vm_kwargs=None, vmi_kwargs=None, *, standalone=False, settings=DEFAULTS, now=DUE,
@@ -34,7 +32,7 @@ ROWS = [
     ("rerun-on-unknown-kubevirt-halts", {"run_strategy": "RerunOnFailure"}, None, {"version": None}, Action.HALT_VM),
     ("rerun-on-new-kubevirt-leaves-it", {"run_strategy": "RerunOnFailure"}, None, {"version": NEW}, Action.LEAVE),
     ("rerun-on-new-kubevirt-still-there-one-delay-later-halts", {"run_strategy": "RerunOnFailure"}, None,
-     {"version": NEW, "now": DUE + timedelta(minutes=10)}, Action.HALT_VM),
+     {"version": NEW, "now": DUE + DEFAULTS.cleanup_after}, Action.HALT_VM),
     ("always-leaves-it", {"run_strategy": "Always"}, None, {}, Action.LEAVE),
     ("running-true-leaves-it", {"run_strategy": None, "running": True}, None, {}, Action.LEAVE),
     ("unknown-run-strategy-skips", {"run_strategy": "Sometimes"}, None, {}, Action.SKIP),
