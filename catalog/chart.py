@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from catalog.manifests import REGISTRY
+from catalog.manifests import REGISTRY, role_name
 from catalog.yamltext import Flow, Note, Quoted, document
 from shared.declaration import Function
 
@@ -48,6 +48,20 @@ def values(functions: tuple[Function, ...]) -> str:
                       "FUNCTION_TARGET/FUNCTION_SOURCE), resources its container's."),
     ]
     return "\n".join(sections)
+
+
+SCOPED_PATH = "deploy/chart/vmevents/templates/_scoped.tpl"
+
+
+def scoped(functions: tuple[Function, ...]) -> str:
+    """The chart's helper `vmevents.scoped`: each grant scoped by a namespaces setting, as YAML (the
+    ClusterRoleBinding's name: [its Knative Service, the setting]); templates/objects.yaml reads it with fromYaml."""
+    rows = [f"{role_name(f, g)}: [{f.service_name}, {g.scoped_by}]" for f in functions for g in f.grants
+            if g.scoped_by]
+    return ("{{- /* Generated from the functions' declarations by `make generate` (catalog/chart.py): edit their\n"
+            "declaration.py, never this file. Each grant scoped by a namespaces setting: the name of its\n"
+            "ClusterRoleBinding, and the Knative Service and the setting that scope it. */ -}}\n"
+            '{{- define "vmevents.scoped" -}}\n' + "\n".join(rows) + "\n{{- end -}}\n")
 
 
 def addon_values(functions: tuple[Function, ...]) -> str:

@@ -9,6 +9,7 @@ def outputs() -> dict[str, str]:
     found = {f"deploy/base/{manifests.file_name(f)}": manifests.manifest(f) for f in functions}
     found["deploy/base/kustomization.yaml"] = manifests.kustomization(functions)
     found["deploy/chart/vmevents/values.yaml"] = chart.values(functions)
+    found[chart.SCOPED_PATH] = chart.scoped(functions)
     found["deploy/harvester/addon.yaml"] = chart.addon(_read("deploy/harvester/addon.yaml"), functions)
     found[alerts.PATH] = alerts.categories(functions)
     found["README.md"] = docs.readme(_read("README.md"), functions)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib
-import re
 import subprocess
 import sys
 
@@ -249,14 +248,16 @@ def test_the_docs_page_names_every_event_reason_and_reply_type(function):
             f"docs/{function.name}.md does not document its reply io.vmevents.{function.name}.{what}"
 
 
-def test_the_charts_scoped_bindings_are_the_declared_ones():
-    """The chart binds a grant scoped by a setting with one RoleBinding per namespace the value lists
-    (templates/objects.yaml, `$scoped`): the same grants as the declarations'."""
-    template = REPO / "deploy" / "chart" / "vmevents" / "templates" / "objects.yaml"
-    found = set(re.findall(r'"(vmevents-[a-z-]+)" \(list "([a-z-]+)" "([A-Z_]+)"\)', template.read_text()))
-    declared = {(manifests.role_name(f, g), f.service_name, g.scoped_by) for f in declarations() for g in f.grants
-                if g.scoped_by}
-    assert found == declared, f"{template.relative_to(REPO)}'s $scoped must list {sorted(declared)}"
+def test_the_chart_reads_its_scoped_bindings_from_the_generated_helper():
+    """The chart binds a grant scoped by a setting with one RoleBinding per namespace the value lists: the grants it
+    knows are _scoped.tpl's (generated, checked above), read by templates/objects.yaml."""
+    template = (REPO / "deploy" / "chart" / "vmevents" / "templates" / "objects.yaml").read_text()
+    assert 'include "vmevents.scoped"' in template and "vmevents-vmi-cleanup-act" not in template
+    scoped = yaml.safe_load(outputs()["deploy/chart/vmevents/templates/_scoped.tpl"].split("-}}\n", 2)[2]
+                            .rsplit("{{-", 1)[0])
+    assert scoped == {manifests.role_name(f, g): [f.service_name, g.scoped_by] for f in declarations()
+                      for g in f.grants if g.scoped_by}
+    assert "vmevents-vmi-cleanup-act" in scoped and "vmevents-migration-report-act" in scoped
 
 
 # -- the benchmarks' lists ----------------------------------------------------------------------------------------
@@ -293,3 +294,19 @@ def test_the_categories_a_producers_code_makes_are_the_declared_ones():
                      for f in ("decide.py", "analysis.py", "arithmetic.py"))
     for category in catalog.declared("migration-report").categories:
         assert f'"{category}"' in source, f"migration-report never makes the declared category {category}"
+
+
+def test_every_scoped_grant_has_its_rbac_test_and_example_overlay():
+    """A grant scoped by a setting is checked in every kustomization (tests/deploy/test_scoped_rbac.py, which lists
+    what it may write only where the setting lets it) and shown by an example overlay."""
+    from tests.deploy.test_scoped_rbac import SCOPED
+
+    for function in declarations():
+        for grant in function.grants:
+            if grant.scoped_by:
+                assert SCOPED.get(function.name, ("",))[0] == grant.scoped_by, (
+                    f"tests/deploy/test_scoped_rbac.py SCOPED has no row for {function.name} ({grant.scoped_by})")
+                overlays = [p for p in (REPO / "deploy" / "overlays").glob("scoped-*/kustomization.yaml")
+                            if manifests.role_name(function, grant) in p.read_text()]
+                assert overlays, f"no deploy/overlays/scoped-*/ shows {manifests.role_name(function, grant)} bound " \
+                                 f"by RoleBindings"

@@ -109,8 +109,8 @@ def test_a_value_changes_what_it_names_and_nothing_else(helm):
             env = {e["name"]: e["value"] for e in c["env"]}
             if obj["metadata"]["name"] == "vmi-cleanup":
                 assert env["CLEANUP_AFTER"] == "1h"
-                default = declared("vmi-cleanup").setting("CLEANUP_AFTER").default
-                c["env"] = [dict(e, value=default) if e["name"] == "CLEANUP_AFTER" else e for e in c["env"]]
+                declared_after = declared("vmi-cleanup").setting("CLEANUP_AFTER").default
+                c["env"] = [dict(e, value=declared_after) if e["name"] == "CLEANUP_AFTER" else e for e in c["env"]]
             c["image"] = "registry.example.com/vmevents/vmevents:0.1.0"
         if obj["kind"] == "Broker":
             assert obj["metadata"]["annotations"]["eventing.knative.dev/broker.class"] == "Kafka"
