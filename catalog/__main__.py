@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from catalog import REPO
+from catalog.docs import MissingMarkers
 from catalog.outputs import outputs
 
 
@@ -15,6 +16,14 @@ def stale() -> list[str]:
 
 
 def main(argv: list[str]) -> int:
+    try:
+        return _run(argv)
+    except MissingMarkers as missing:
+        print(f"make generate: {missing}", file=sys.stderr)
+        return 1
+
+
+def _run(argv: list[str]) -> int:
     if "--check" in argv:
         differ = stale()
         for path in differ:

@@ -2,7 +2,7 @@
 docs/<function>.md, and README's table of the functions. The prose around them is written by hand."""
 from __future__ import annotations
 
-from shared.declaration import Function
+from shared.declaration import SEVERITIES, Function
 
 END = "<!-- end of generated -->"
 KUBECONFIG_ROW = "| `KUBECONFIG` | — | outside a cluster: the kubeconfig to use (in a pod the ServiceAccount is used) |"
@@ -41,9 +41,13 @@ def settings_table(function: Function) -> str:
 
 
 def settings_page(text: str, function: Function) -> str:
-    """docs/<function>.md with its settings table written from the declaration."""
-    path = f"docs/{function.name}.md"
-    return between(text, path, f"functions/{function.package}/declaration.py", settings_table(function))
+    """docs/<function>.md with its settings table written from the declaration; a page that does not exist yet is
+    started, for its author to write the rest (tests/test_catalog.py names what it must still say)."""
+    what = f"functions/{function.package}/declaration.py"
+    if not text:
+        text = (f"# {function.name}\n\n{function.summary[0].upper()}{function.summary[1:]}.\n\n"
+                f"## Settings (environment variables)\n\n{begin(what)}\n{END}\n")
+    return between(text, f"docs/{function.name}.md", what, settings_table(function))
 
 
 def functions_table(functions: tuple[Function, ...]) -> str:
@@ -54,3 +58,36 @@ def functions_table(functions: tuple[Function, ...]) -> str:
 
 def readme(text: str, functions: tuple[Function, ...]) -> str:
     return between(text, "README.md", "the functions' declarations (catalog.FUNCTIONS)", functions_table(functions))
+
+
+def _listed(categories: tuple[str, ...]) -> str:
+    return ", ".join(f"`{c}`" for c in categories)
+
+
+def alerts_table(functions: tuple[Function, ...], min_severity: str) -> str:
+    """docs/alert-forwarder.md's table: which categories become which alert, from the producers' declarations."""
+    rows = ["| category (producer) | alertname | default severity | identity labels | runbook |",
+            "|---|---|---|---|---|"]
+    for f in functions:
+        for alert in f.alerts:
+            severity = alert.severity + (" (dropped by default)" if SEVERITIES.index(alert.severity)
+                                         < SEVERITIES.index(min_severity) else "")
+            labels = f.identity.labels if f.identity else "the finding's identity"
+            rows.append(f"| {_listed(alert.categories)} ({f.name}) | `{alert.name}` | {severity} | {_cell(labels)} | "
+                        f"[{alert.name}](../README.md#{alert.runbook}) |")
+    rows.append("| any other category | `Vmevents<Function><Category>` | warning | the finding's identity (else the "
+                "subject's namespace and name) | [other findings](../README.md#other-findings) |")
+    return "\n".join(rows) + "\n"
+
+
+def producers_table(functions: tuple[Function, ...]) -> str:
+    """docs/findings.md's table: each producer's categories and what makes two of its findings the same one."""
+    rows = ["| producer | category | subject | key | identity labels | state |", "|---|---|---|---|---|---|"]
+    for f in functions:
+        if not f.identity or not f.alerts:
+            continue
+        i = f.identity
+        category = f"{i.categories}: {_listed(f.categories)}" if i.categories else _listed(f.categories)
+        rows.append(f"| {f.name} | {_cell(category)} | {_cell(i.subject)} | {_cell(i.key)} | "
+                    f"{_cell(i.labels)}, `finding` | {i.state} |")
+    return "\n".join(rows) + "\n"

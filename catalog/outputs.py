@@ -1,7 +1,9 @@
 """Every file derived from the declarations, as it must read: {path relative to the repository: text}."""
 from __future__ import annotations
 
-from catalog import REPO, alerts, chart, declarations, docs, manifests
+from catalog import REPO, alerts, chart, declarations, declared, docs, manifests
+
+ALERTS = "each producer's declared alerts and identity (functions/<name>/declaration.py)"
 
 
 def outputs() -> dict[str, str]:
@@ -13,10 +15,15 @@ def outputs() -> dict[str, str]:
     found["deploy/harvester/addon.yaml"] = chart.addon(_read("deploy/harvester/addon.yaml"), functions)
     found[alerts.PATH] = alerts.categories(functions)
     found["README.md"] = docs.readme(_read("README.md"), functions)
+    min_severity = declared("alert-forwarder").setting("MIN_SEVERITY").default
+    found["docs/alert-forwarder.md"] = docs.between(_read("docs/alert-forwarder.md"), "docs/alert-forwarder.md",
+                                                    ALERTS, docs.alerts_table(functions, min_severity))
+    found["docs/findings.md"] = docs.between(_read("docs/findings.md"), "docs/findings.md", ALERTS,
+                                             docs.producers_table(functions))
     for function in functions:
         if function.settings:
             path = f"docs/{function.name}.md"
-            found[path] = docs.settings_page(_read(path), function)
+            found[path] = docs.settings_page(found.get(path) or _read(path), function)
     return found
 
 

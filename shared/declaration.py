@@ -265,6 +265,19 @@ class Alert:
         return self.name.lower()
 
 
+@dataclass(frozen=True)
+class Identity:
+    """What makes two of the function's findings the same one (docs/findings.md, "Per producer"), in the docs'
+    words: the subject, the key, the labels the alert carries, the states its replies announce; `categories`: how
+    its category is chosen, when there is more to say than the list."""
+
+    subject: str
+    key: str
+    labels: str
+    state: str = "detected / resolved"
+    categories: str = ""
+
+
 # -- the function ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Function:
@@ -279,6 +292,7 @@ class Function:
     settings: tuple[Setting, ...] = ()
     grants: tuple[Grant, ...] = ()
     alerts: tuple[Alert, ...] = ()
+    identity: Identity | None = None
     replies: tuple[str, ...] = ()
     reasons: tuple[str, ...] = ()
 

@@ -8,6 +8,7 @@ from shared.declaration import (
     Duration,
     Function,
     Grant,
+    Identity,
     ObjectRef,
     On,
     Resources,
@@ -83,6 +84,9 @@ DECLARATION = Function(
               rules=(Rule("", ("configmaps",), ("create",)),
                      Rule("", ("configmaps",), ("get", "update"), names=(ASSIGNMENTS,))))),
     alerts=(Alert("VMHostDeviceConflict", "warning", ("taken-while-stopped", "start-blocked", "double-assigned")),),
+    identity=Identity("the first VM it keeps from starting", "category, device, holder, blocked VMs",
+                      "`namespace`, `vm` (the holder, else the first VM naming it), `device`, `conflict` (the "
+                      "category)"),
     replies=("detected", "resolved", "batch", "scanned"),
     reasons=("HostDeviceConflict", "HostDeviceConflictResolved"),
 )

@@ -11,6 +11,7 @@ from shared.declaration import (
     Duration,
     Function,
     Grant,
+    Identity,
     On,
     Resources,
     Rule,
@@ -65,6 +66,8 @@ DECLARATION = Function(
                      "create/get/patch: record them (the same Event again raises its count).")),),),
     alerts=(Alert("VMPausedOnIOError", "critical",
                   ("rebuild-related", "out-of-space", "stuck-paused", "unknown-storage", "storage-error")),),
+    identity=Identity("the VMI", "the VMI's uid", "`namespace`, `vm` (the paused VMI's name), `volume` (its PVCs, "
+                      "sorted, comma-separated)", categories="the category the episode opened with"),
     replies=("detected", "resolved", "scanned"),
     reasons=("IOErrorPause", "IOErrorPauseResolved"),
 )

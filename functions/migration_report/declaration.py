@@ -8,6 +8,7 @@ from shared.declaration import (
     Duration,
     Function,
     Grant,
+    Identity,
     Names,
     Number,
     ObjectRef,
@@ -97,6 +98,8 @@ DECLARATION = Function(
                   ("completion-timeout", "progress-stall", "target-unschedulable", "target-pod-removed",
                    "vmi-shutdown", "aborted", "libvirt-error", "unknown")),
             Alert("VMMigrationNearTimeout", "warning", ("near-timeout",))),
+    identity=Identity("the VMIM", "the VMIM's uid", "`namespace`, `vm` (the migrated VMI's name), `migration` (the "
+                      "VMIM's name)", categories="the report's category (`near-timeout` for a success)"),
     replies=("detected", "resolved", "scanned"),
     reasons=("MigrationFailed", "MigrationNearTimeout", "MigrationReport", "MigrationReportResolved"),
 )

@@ -12,6 +12,7 @@ from shared.declaration import (
     Duration,
     Function,
     Grant,
+    Identity,
     Names,
     On,
     Resources,
@@ -78,6 +79,8 @@ DECLARATION = Function(
                  why="list: the scheduler's, the kubelet's and KubeVirt's Events, device-conflict's findings and its "
                      "own; create/get/patch: record its finding (a sighting raises its count)")),),),
     alerts=(Alert("VMStuck", "warning", ("stuck-starting", "stuck-stopping", "stuck-terminating", "stuck-migrating")),),
+    identity=Identity("the VM", "the stuck instance: the VMIM's uid, else the VMI's", "`namespace`, `vm`, `state` "
+                      "(the group: starting, stopping, terminating, migrating)", categories="`stuck-<group>`"),
     replies=("detected", "resolved", "scanned"),
     reasons=("VMStuck",),
 )

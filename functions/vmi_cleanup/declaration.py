@@ -8,6 +8,7 @@ from shared.declaration import (
     Duration,
     Function,
     Grant,
+    Identity,
     Names,
     On,
     Resources,
@@ -75,6 +76,8 @@ DECLARATION = Function(
                           why="list: a dry run's re-scan reads back what its Events reported "
                               "(functions/vmi_cleanup/memory.py)")))),
     alerts=(Alert("VMICleanedUp", "info", ("vmi-cleaned-up",)),),
+    identity=Identity("the VMI", "its uid and the effect", "`namespace`, `vm` (the VM, or the standalone VMI)",
+                      state="reported"),
     replies=("cleaned", "scanned"),
     reasons=("VMICleanedUp", "VMICleanupDryRun", "VMICleanupAnnotationInvalid"),
 )
