@@ -290,3 +290,20 @@ def test_every_scoped_grant_has_its_rbac_test_and_example_overlay():
                             if manifests.role_name(function, grant) in p.read_text()]
                 assert overlays, f"no deploy/overlays/scoped-*/ shows {manifests.role_name(function, grant)} bound " \
                                  f"by RoleBindings"
+
+
+@pytest.mark.parametrize("function", [f for f in declarations() if f.alerts], ids=lambda f: f.name)
+def test_the_docs_page_explains_every_category(function):
+    page = (REPO / "docs" / f"{function.name}.md").read_text()
+    missing = [c for c in function.categories if f"`{c}`" not in page]
+    assert not missing, f"docs/{function.name}.md does not explain its categories {missing}"
+
+
+def test_vm_stuck_reports_docs_name_every_cause():
+    """Adding a cause to vm-stuck-report is its rule in decide.py, its words, and its row in the docs' table of
+    causes: this names the page when the row is missing."""
+    from functions.vm_stuck_report.decide import Cause
+
+    page = (REPO / "docs" / "vm-stuck-report.md").read_text()
+    missing = [c.value for c in Cause if f"| `{c.value}` |" not in page]
+    assert not missing, f"docs/vm-stuck-report.md's table of causes has no row for {missing}"

@@ -11,12 +11,15 @@ import time
 import pytest
 import yaml
 
+from catalog import declarations
 from tests import backends
 
 pytestmark = pytest.mark.real
+# Each function that may create a ConfigMap in vmevents (its declaration's Role), and the one it names.
+OWN = {f"system:serviceaccount:vmevents:{f.account}": name for f in declarations() for g in f.grants
+       if any(r.resources == ("configmaps",) and "create" in r.verbs for r in g.rules)
+       for r in g.rules if r.resources == ("configmaps",) for name in r.names}
 DEVICE_CONFLICT = "system:serviceaccount:vmevents:device-conflict"
-MIGRATION_REPORT = "system:serviceaccount:vmevents:migration-report"
-OWN = {DEVICE_CONFLICT: "vmevents-device-assignments", MIGRATION_REPORT: "vmevents-migration-report-cursor"}
 
 
 @pytest.fixture(scope="module", params=[p for p in backends.params() if p.id == "real"])
@@ -40,13 +43,13 @@ def create(cluster, name: str, as_user: str) -> tuple[bool, str]:
     return done.returncode == 0, done.stderr
 
 
-@pytest.mark.parametrize("user", [DEVICE_CONFLICT, MIGRATION_REPORT], ids=["device-conflict", "migration-report"])
+@pytest.mark.parametrize("user", sorted(OWN), ids=[u.rpartition(":")[2] for u in sorted(OWN)])
 def test_a_function_may_create_its_own_configmap_and_no_other(cluster, user):
     cluster._request("DELETE", f"/api/v1/namespaces/vmevents/configmaps/{OWN[user]}", allow=(404,))
     accepted, said = create(cluster, OWN[user], user)
     assert accepted, said
-    other = OWN[MIGRATION_REPORT if user == DEVICE_CONFLICT else DEVICE_CONFLICT]
-    for name in (other, "kube-root-ca.crt-2", "anything"):
+    others = [name for who, name in OWN.items() if who != user]
+    for name in (*others, "kube-root-ca.crt-2", "anything"):
         accepted, said = create(cluster, name, user)
         assert not accepted and "may create only its own ConfigMap" in said, said
 
