@@ -38,6 +38,12 @@ class BadEvent(PermanentError):
     """The request is not a CloudEvent this function understands."""
 
 
+class TooLarge(PermanentError):
+    """A request body above what any event can be (shared.wsgi.MAX_BODY): refused before it is read."""
+
+    status = 413
+
+
 class TemporaryError(VmeventsError):
     """The same event may succeed on redelivery."""
 

@@ -144,8 +144,9 @@ class FunctionApp:
         started = time.perf_counter_ns()
         event = None
         try:
-            # get_data() caches: functions-framework reads the body again after every request.
-            body = request.get_data()
+            # Read here, not by Flask (werkzeug reads a bad Content-Length as 0 and fails a short body with a 500):
+            # the same 400 and 413 as under gunicorn; what was read stays for functions-framework's read after it.
+            body = wsgi.read_body(environ)
             ruled = self.prefilter(intake.EnvironCe(environ), body, self.context.settings) if self.prefilter else True
             if ruled is False or ruled.__class__ is Outcome:
                 wsgi.check_binary_environ(environ)  # a valid envelope: the data is not decoded by the runtime
@@ -234,8 +235,10 @@ class Front:
     with werkzeug's headers and the same log line. Everything else goes on to Flask (`behind`) unchanged, with
     the body put back: an event the prefilter lets through (it is decoded and handled there), a prefilter that
     raises or an envelope that fails the check (answered there, 400 and its sentence, by the one error mapping),
-    a probe, another path, a chunked body. It decides nothing of its own: tests/shared/test_hotpath.py holds its
-    answers to Flask's on ordinary and hostile events."""
+    a probe, another path, a chunked body, and a body that is not what its Content-Length says (not a number, over
+    wsgi.MAX_BODY, or ended early: answered there by shared.wsgi.read_body, 400 or 413, the larger one unread). It
+    decides nothing of its own: tests/shared/test_hotpath.py holds its answers to Flask's on ordinary and hostile
+    events, and tests/shared/test_http_surface.py both under the development server and under gunicorn."""
 
     __slots__ = ("app", "behind")
 
@@ -248,11 +251,17 @@ class Front:
         app = self.app
         length = get("CONTENT_LENGTH")
         if (get("REQUEST_METHOD") != "POST" or get("PATH_INFO") not in _ROOT or app.prefilter is None
-                or not length or not length.isdecimal() or "HTTP_TRANSFER_ENCODING" in environ):
+                or not length or not length.isdigit() or not length.isascii() or "HTTP_TRANSFER_ENCODING" in environ):
+            return self.behind(environ, start_response)
+        size = int(length)
+        if size > wsgi.MAX_BODY:  # a 413 behind, before anything is read
             return self.behind(environ, start_response)
         try:
-            body = environ["wsgi.input"].read(int(length))
-        except Exception:  # noqa: BLE001 - the sender went away mid-body: Flask's read fails the same way, mapped
+            body = environ["wsgi.input"].read(size)
+        except Exception:  # noqa: BLE001 - the sender went away mid-body: read again behind, and a 400 there
+            return self.behind(environ, start_response)
+        if len(body) != size:  # the body ended early: read short again behind, where it is a 400
+            environ["wsgi.input"] = io.BytesIO(body)
             return self.behind(environ, start_response)
         try:
             ruled = app.prefilter(intake.EnvironCe(environ), body, app.context.settings)

@@ -8,13 +8,19 @@ the broker stops there.
 It does not use the strict CloudEvent intake the other functions use (shared/intake.py): what arrives here is
 often exactly what a function refused with 400 (a malformed envelope, an identifier that breaks Kubernetes'
 rules, data that is not JSON), and refusing it again would lose its one log line. So it reads whatever comes,
-binary or structured or neither, up to MAX_BODY bytes, and logs the attributes it finds, each clipped
-(shared.runtime.loggable). It never answers 4xx: a malformed request is logged as such, and answered 204.
+binary or structured or neither, up to MAX_KEPT bytes, and logs the attributes it finds, each clipped
+(shared.runtime.loggable). A malformed event is logged as such, and answered 204.
+
+What it cannot read is logged too, and refused as every function refuses it (shared/wsgi.py): a Content-Length that
+is not a number of bytes or a body that ends before it (the sender closed early) is a 400, a body over
+shared.wsgi.MAX_BODY a 413, unread. Answering 500 there, as the development server did, made the broker deliver
+again a dead letter already logged.
 """
 from __future__ import annotations
 
 import base64
 import binascii
+import io
 import json
 import os
 import time
@@ -22,14 +28,17 @@ from typing import Any
 
 import flask
 
+from shared import wsgi
+from shared.errors import BadEvent, TooLarge, VmeventsError, http_answer
 from shared.redact import origin, scrub_urls
 from shared.runtime import loggable, write_line
 
 FUNCTION = "dead-letter"
 SETTINGS = None  # it reads no setting (and so does not go through shared.runtime.start: see above)
-# The most of a body read and kept for the log line (a Kubernetes object as an ApiServerSource sends it is a few
-# KB; the broker's own limit is far higher). The rest is not read: the line says how much was cut.
-MAX_BODY = 256 * 1024
+# The most of a body kept for the log line (a Kubernetes object as an ApiServerSource sends it is a few KB). The rest
+# is not kept: the line says how much was cut.
+MAX_KEPT = 256 * 1024
+_PIECE = 64 * 1024
 # What of a body that is not a CloudEvent (or of its data) goes into the line, at most.
 MAX_EXCERPT = 500
 _ATTRIBUTES = ("id", "type", "source", "subject", "specversion", "time", "datacontenttype")
@@ -54,13 +63,37 @@ def _headers(environ: dict) -> dict[str, str]:
     return found
 
 
-def _read(request: flask.Request) -> tuple[bytes, bool]:
-    """At most MAX_BODY bytes of the body, and whether there was more."""
+def _read(environ: dict) -> tuple[bytes, int, VmeventsError | None]:
+    """At most MAX_KEPT bytes of the body, how many bytes it had (as far as it was read), and what made it
+    unreadable: a bad Content-Length, a body over shared.wsgi.MAX_BODY (then nothing is read), or one that ended
+    early (what arrived is kept). Afterwards the environ's input is empty, so that nothing reads the rest again
+    (functions-framework's after-request read would buffer it whole)."""
+    kept, total, error = b"", 0, None
     try:
-        body = request.stream.read(MAX_BODY + 1)
-    except (OSError, ValueError):
-        return b"", False
-    return body[:MAX_BODY], len(body) > MAX_BODY
+        size = wsgi.declared_length(environ)
+        stream = environ["wsgi.input"]
+        chunked = "chunked" in (environ.get("HTTP_TRANSFER_ENCODING") or "").lower()
+        wanted = size if size is not None else (wsgi.MAX_BODY + 1 if chunked else 0)
+        while total < wanted:
+            piece = stream.read(min(_PIECE, wanted - total))
+            if not piece:
+                break
+            if len(kept) <= MAX_KEPT:
+                kept += piece[:MAX_KEPT + 1 - len(kept)]
+            total += len(piece)
+        if size is None and total > wsgi.MAX_BODY:
+            raise TooLarge(f"the (chunked) body is over {wsgi.MAX_BODY} bytes: an event is at most {wsgi.MAX_BODY}")
+        if size is not None and total != size:
+            raise BadEvent(f"the body ended after {total} of the {size} bytes its Content-Length says "
+                           f"(the sender closed the connection early)")
+    except VmeventsError as exc:
+        error = exc
+    except Exception:  # noqa: BLE001 - the server's read failed (werkzeug's ClientDisconnected, a reset)
+        error = BadEvent("the body could not be read to its end (the sender closed the connection early)")
+    finally:
+        environ["wsgi.input"] = io.BytesIO()
+        environ["CONTENT_LENGTH"] = "0"
+    return kept, total, error
 
 
 def _origin(url: Any) -> Any:
@@ -110,18 +143,24 @@ def describe(headers: dict[str, str], body: bytes, cut: bool) -> dict[str, Any]:
 
 
 def handle(request: flask.Request) -> flask.Response:
-    """The functions-framework `http` target: log whatever arrived, answer 204 (GET/HEAD: 200 for probes)."""
+    """The functions-framework `http` target: log whatever arrived, answer 204 (GET/HEAD: 200 for probes); a body
+    that could not be read is logged as far as it was, and answered 400 or 413 (see the module's docstring)."""
     if request.method != "POST":
         return flask.Response(status=200 if request.method in ("GET", "HEAD") else 405)
     started = time.perf_counter()
     headers = _headers(request.environ)
-    body, cut = _read(request)
-    line = describe(headers, body, cut)
+    kept, total, refused = _read(request.environ)
+    line = describe(headers, kept[:MAX_KEPT], total > MAX_KEPT)
+    if refused is not None:
+        line["unreadable"] = loggable(refused.message)
     # On stderr, in one write(2) (as shared.runtime.write_line does on stdout): never interleaved, never buffered.
     os.write(2, json.dumps(line, separators=(",", ":"), default=str).encode() + b"\n")
     reason = f"undeliverable to {line['destination'] or 'its subscriber'} (status {line['status'] or '?'})"
+    status, error_headers, error_body = http_answer(refused) if refused is not None else (204, {}, b"")
+    if refused is not None:
+        reason += f"; refused: {refused.message}"
     write_line({"function": FUNCTION, "event_id": line["event_id"], "event_type": line["event_type"],
                 "subject": line["subject"], "verdict": "dead-lettered", "effect": None,
                 "reason": reason,
-                "outcome": 204, "reply": None, "duration_ms": round((time.perf_counter() - started) * 1000, 3)})
-    return flask.Response(status=204)
+                "outcome": status, "reply": None, "duration_ms": round((time.perf_counter() - started) * 1000, 3)})
+    return flask.Response(error_body or None, status=status, headers=error_headers)

@@ -35,7 +35,7 @@ from shared import kubevirt as kv
 from shared.environ import environ_get
 from shared.errors import VmeventsError
 from shared.finding import one_or_summary, summary
-from shared.intake import RESOURCE_PREFIX, Incoming, about
+from shared.intake import RESOURCE_PREFIX, Incoming, about, spelt_with_escapes
 from shared.ledger import Ledger, Notice, Record
 from shared.runtime import KubeContext, Outcome
 
@@ -185,13 +185,14 @@ def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) 
     and those events stay undecoded. It can only err towards decoding.
 
     `intake.may_concern` spelt out (it is the first half), so that the kind is read once: every irrelevant VM event
-    scans its body six times (four tokens, and each generation key once, its first and last occurrence), and
-    calls nothing else (docs/hot-path.md)."""
+    scans its body eight times (four tokens, the two escapes a token could hide behind, and each generation key once,
+    its first and last occurrence), and calls nothing else (docs/hot-path.md)."""
     get = environ_get(headers)
     event_type, kind = get("HTTP_CE_TYPE") or "", get("HTTP_CE_KIND")
     if not event_type.startswith(RESOURCE_PREFIX) or kind not in _KINDS:
         return True
-    if _HOST_DEVICES in body or _GPUS in body or _ALLOCATION in body or _INSTANCETYPE in body:
+    if _HOST_DEVICES in body or _GPUS in body or _ALLOCATION in body or _INSTANCETYPE in body \
+            or spelt_with_escapes(body):  # a token behind a JSON escape ("hostD\u0065vices"): decoded
         return True
     return kind == "VirtualMachine" and not _observed(body)
 

@@ -212,6 +212,33 @@ def test_dead_letter_logs_an_undeliverable_event_as_one_json_line(found_engine, 
     assert logged["event_id"] == event["id"] and logged["status"] == "503" and logged["level"] == "error"
 
 
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("name", sorted(SERVICES))
+def test_each_function_from_the_image_answers_each_request_as_its_bytes_deserve(found_engine, tmp_path, name):
+    """tests/shared/test_http_surface.py's requests, sent to the image's gunicorn: a body cut short and bad
+    Content-Lengths are 400s, a body over the limit a 413 (unread), a relevant event behind JSON escapes is decoded
+    (a 503 with the API server refusing connections), never a 500 or a traceback."""
+    import socket
+
+    from shared import wsgi
+    from tests.conftest import write_kubeconfig
+    from tests.http_cases import send_raw, surface_cases
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        refused = write_kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{s.getsockname()[1]}")
+    package = env_of(SERVICES[name])["FUNCTION_SOURCE"].split("/")[1]
+    function = run.ContainerFunction(SERVICES[name], kubeconfig=refused, engine=found_engine, image=IMAGE).start()
+    try:
+        answers = {raw.name: send_raw(function.port, raw) for raw in surface_cases(package, wsgi.MAX_BODY)}
+    finally:
+        function.stop()
+    for raw in surface_cases(package, wsgi.MAX_BODY):
+        status, body = answers[raw.name]
+        assert status == raw.status and b"Traceback" not in body, (raw.name, status, body[:300])
+    assert not [line for line in function.logs() if re.search(r"\[ERROR\]|Traceback", line)]
+
+
 # One end-to-end story per function, played with every Knative Service running from the image: the world and
 # the test are the function's own (tests/functions/<package>/test_e2e.py), only the servers differ.
 # Timers a story sets for an in-process function, lengthened where a container on a loaded machine is slower

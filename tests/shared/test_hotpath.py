@@ -421,6 +421,12 @@ _VM_BODIES = [
     ("no-generation", _vm_json().replace(_G + b",", b"")),
     ("no-observed", _vm_json().replace(_O + b",", b"")),
     ("escaped-key", _vm_json().replace(_G, b'"gener\\u0061tion":2')),
+    ("escaped-device", _vm_json().replace(b'"disks":', b'"hostD\\u0065vices":[{"deviceName":"a/b","name":"d"}],'
+                                                       b'"disks":')),
+    ("escaped-slash", _vm_json().replace(b'"annotations":{', b'"annotations":{"harvesterhci.io\\/deviceAllocation'
+                                                             b'Details":"{}",')),
+    ("go-escapes", _vm_json().replace(b'"annotations":{', b'"annotations":{"note":"a \\u0026 b \\u003c c \\u003e '
+                                                          b'\\u0001 \\u2028 \\ufffd \\\\",')),
     ("last", _vm_json().replace(b',"printableStatus":"Running","ready":true}}', b"}}")),  # observed ends status
     ("cut-after-number", _vm_json()[:_vm_json().index(_O) + len(_O)]),
     ("cut-after-colon", _vm_json()[:_vm_json().index(_O) + len(_O) - 1]),
@@ -437,6 +443,9 @@ _VM_BODIES = [
 # body ends), and a separator that is not JSON's whitespace; the handler reads those as something else than the
 # digits, or refuses them (a 400 where the old prefilter answered 204).
 _STRICTER = {"float", "exponent", "trailing", "formfeed", "cut-after-number", "not-json"}
+# Where it decodes, VM or VMI, what a byte search cannot rule out: a JSON escape that may spell a token's character
+# ("hostD\u0065vices", "harvesterhci.io\/…"; issue 34). Go's own escapes (<, >, &, control characters) spell none.
+_ESCAPED = {"escaped-key", "escaped-device", "escaped-slash"}
 
 
 def _bench_vm() -> bytes:
@@ -456,7 +465,9 @@ def test_device_conflicts_prefilter_answers_what_it_answered(name, body, kind):
     before = _device_conflict_before(headers, body)
     for given in (headers, wsgi.EnvironCe(environ(headers))):
         now = worth_decoding(given, body, Settings())
-        assert now is (True if name in _STRICTER and kind == "VirtualMachine" else before), (name, kind)
+        stricter = (name in _STRICTER and kind == "VirtualMachine") or \
+            (name in _ESCAPED and kind in ("VirtualMachine", "VirtualMachineInstance"))
+        assert now is (True if stricter else before), (name, kind)
 
 
 def test_device_conflicts_prefilter_rules_out_a_status_write_and_nothing_else_of_these():
@@ -466,7 +477,7 @@ def test_device_conflicts_prefilter_rules_out_a_status_write_and_nothing_else_of
     headers = {**GOOD, "ce-kind": "VirtualMachine"}
     ruled_out = {name for name, body in _VM_BODIES
                  if not worth_decoding(headers, _bench_vm() if body is None else body, Settings())}
-    assert ruled_out == {"bench", "go", "python", "spaced", "long", "zero", "last"}
+    assert ruled_out == {"bench", "go", "python", "spaced", "long", "zero", "last", "go-escapes"}
 
 
 def test_device_conflicts_prefilter_on_bodies_spoilt_at_random():

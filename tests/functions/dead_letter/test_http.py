@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from functions.dead_letter.main import MAX_BODY
+from functions.dead_letter.main import MAX_KEPT as MAX_BODY
 from tests.http_cases import source_of
 
 SOURCE = source_of("dead_letter")
