@@ -185,8 +185,8 @@ def worth_decoding(headers: Mapping[str, str], body: bytes, settings: Settings) 
     and those events stay undecoded. It can only err towards decoding.
 
     `intake.may_concern` spelt out (it is the first half), so that the kind is read once: every irrelevant VM event
-    scans its body eight times (four tokens, the two escapes a token could hide behind, and each generation key once,
-    its first and last occurrence), and calls nothing else (docs/hot-path.md)."""
+    scans its body seven times (four tokens, a backslash a token could hide behind, and each generation key once, its
+    first and last occurrence), and calls nothing else (docs/hot-path.md)."""
     get = environ_get(headers)
     event_type, kind = get("HTTP_CE_TYPE") or "", get("HTTP_CE_KIND")
     if not event_type.startswith(RESOURCE_PREFIX) or kind not in _KINDS:
@@ -298,7 +298,7 @@ def _vmi_worth_a_look(vmi: dict, settings: Settings, now: datetime) -> bool:
 
 # -- report: the finding's life (shared/ledger.py), Events for people --------------------------------
 def _ledger(ctx: KubeContext[Settings]) -> Ledger:
-    return Ledger(ctx.kube, FUNCTION, ctx.settings.finding_renew_after, REASON)
+    return Ledger(ctx.kube, FUNCTION, ctx.settings.finding_renew_after, REASON, RESOLVED_REASON)
 
 
 def _sighted(conflict: DeviceConflict, ledger: Ledger, ctx: KubeContext[Settings], delivery: str, *,
@@ -316,13 +316,15 @@ def _sighted(conflict: DeviceConflict, ledger: Ledger, ctx: KubeContext[Settings
 
 def _resolve(record: Record, current: tuple[DeviceConflict, ...], workloads: Mapping[str, Workload],
              ledger: Ledger, ctx: KubeContext[Settings], delivery: str) -> Notice | None:
-    """Resolve a conflict that is no longer seen, and say why on every VM involved."""
+    """Resolve a conflict that is no longer seen, and say why on every VM involved: the ledger on the VM its finding
+    lives on, a plain Event on the others (which had one for its start)."""
     data = record.finding.details
     because = wording.why_resolved(data, current, workloads)
     message = wording.resolved_message(data, because)
     notice = ledger.resolve(record, delivery, ctx.clock(), summary=message, details={"because": because})
     if notice is not None:
-        for vm in sorted(_people(data)):
+        recipient = f"{record.involved.get('namespace') or record.namespace}/{record.involved.get('name')}"
+        for vm in sorted(_people(data) - {recipient}):
             ctx.recorder.record(_ref(vm, workloads).involved(), "Normal", RESOLVED_REASON, message, ctx.clock())
     return notice
 
