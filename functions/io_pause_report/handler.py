@@ -226,7 +226,8 @@ def kubevirt_errors(events: list[dict], vmi: dict | None) -> KubeVirtErrors:
 
 # -- act: the finding's life (shared/ledger.py), and reply ---------------------------------------
 def _ledger(ctx: KubeContext[Settings]) -> Ledger:
-    return Ledger(ctx.kube, FUNCTION, ctx.settings.finding_renew_after, REASON)  # the episode's Event: IOErrorPause
+    # the episode's Event, IOErrorPause; its end, IOErrorPauseResolved (on the same object)
+    return Ledger(ctx.kube, FUNCTION, ctx.settings.finding_renew_after, REASON, RESOLVED_REASON)
 
 
 def act(verdict: Verdict, facts: Facts, found: Target, vmi: dict | None, involved: dict, record: Record | None,
@@ -252,7 +253,6 @@ def act(verdict: Verdict, facts: Facts, found: Target, vmi: dict | None, involve
         if notice is None:  # two deliveries raced to the end: the other one announces it
             return Outcome(action.value, effect="already-resolved", subject=subject,
                            reason="another delivery already announced the end of this episode")
-        ctx.recorder.record(involved, "Normal", RESOLVED_REASON, message, now)
         return Outcome(action.value, effect="resolved", subject=subject, reason=verdict.reason, reply=notice.reply())
     if action is Action.ESCALATE and record is not None:  # stuck paused: the same episode, told in its details
         categories = sorted(set(record.finding.details.get("reportedCategories") or ()) | {named(verdict.category)})

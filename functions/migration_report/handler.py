@@ -255,7 +255,7 @@ def _kubevirt_events(ctx: KubeContext[Settings], vmim: dict, vmi: dict | None, s
 
 # -- report: the finding (on the VMIM), an Event on each recipient, and the reply --------------------
 def _ledger(ctx: KubeContext[Settings]) -> Ledger:
-    return Ledger(ctx.kube, FUNCTION, ctx.settings.finding_renew_after, REASON_FINDING)
+    return Ledger(ctx.kube, FUNCTION, ctx.settings.finding_renew_after, REASON_FINDING, REASON_RESOLVED)
 
 
 def report(verdict: Verdict, facts: Facts, recipients: list[dict], ctx: KubeContext[Settings],

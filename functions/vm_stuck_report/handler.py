@@ -34,6 +34,7 @@ from shared.ledger import Ledger, Record, record_of
 from shared.runtime import KubeContext, Outcome
 
 REASON = "VMStuck"
+RESOLVED_REASON = "VMStuckResolved"  # the Event that tells an episode's end (shared/ledger.py)
 
 
 # -- the flow -------------------------------------------------------------------------------------
@@ -174,7 +175,7 @@ def _target_of_record(record: Record) -> Target:
 
 # -- act: the finding's life ------------------------------------------------------------------------
 def _ledger(ctx: KubeContext[Settings]) -> Ledger:
-    return Ledger(ctx.kube, FUNCTION, ctx.settings.finding_renew_after, REASON)
+    return Ledger(ctx.kube, FUNCTION, ctx.settings.finding_renew_after, REASON, RESOLVED_REASON)
 
 
 def _records(events: list[dict], found: Target) -> list[Record]:
@@ -203,7 +204,7 @@ def act(verdict: Verdict, found: Target, vm: dict | None, records: list[Record],
                    if verdict.action is Action.WAIT else verdict.reason)
         notice = ledger.resolve(record, delivery, now, summary=resolved_message(record, because),
                                 details={"because": because})
-        if notice is not None:  # the finding's Event turns Normal, with the end in its message
+        if notice is not None:  # a VMStuckResolved Event tells the end, beside the finding's Warning
             ended.append(notice.reply())
     if episode is None or vm is None or s is None:
         return Outcome(verdict.action.value, effect="resolved" if ended else "none", subject=subject,

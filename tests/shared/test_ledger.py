@@ -33,8 +33,15 @@ def ledger(cluster):
 
 
 def _event(cluster):
-    [event] = cluster.list("v1", "Event", "default")
+    """The finding's Event (the ledger's record)."""
+    [event] = [e for e in cluster.list("v1", "Event", "default") if "vmevents.io/finding" in e["metadata"].get(
+        "labels", {})]
     return event
+
+
+def _ends(cluster):
+    """The Events that tell an episode's end."""
+    return [e for e in cluster.list("v1", "Event", "default") if e["reason"] == "HostDeviceConflictResolved"]
 
 
 def test_an_episode_announces_its_start_and_its_end_once(cluster, ledger):
@@ -47,9 +54,28 @@ def test_an_episode_announces_its_start_and_its_end_once(cluster, ledger):
     assert ended is not None and ended.transition == RESOLVED
     assert ended.data()["summary"] == "it ended" and ended.data()["identity"] == FINDING.labels
     assert ledger.resolve(record, "ping-2", NOW + timedelta(minutes=2)) is None
+    assert ledger.resolve(record, "ping-1", NOW + timedelta(minutes=3), summary="it ended") is not None  # redelivered
     assert list(ledger.records()) == []
+    # kubectl describe: what was found, as found (Warning, the problem's reason and message, 11 sightings), and its
+    # end in a row of its own, once (issue 34: the finding's Event turned "Normal HostDeviceConflict: it ended")
     event = _event(cluster)
-    assert event["type"] == "Normal" and event["reason"] == "HostDeviceConflict"
+    assert (event["type"], event["reason"], event["message"], event["count"]) == (
+        "Warning", "HostDeviceConflict", "vm2 holds dev-1", 11)
+    [end] = _ends(cluster)
+    assert (end["type"], end["reason"], end["message"], end["count"]) == (
+        "Normal", "HostDeviceConflictResolved", "it ended", 1)
+    assert end["involvedObject"] == event["involvedObject"]
+    assert end["firstTimestamp"] == "2026-11-30T13:01:00Z"
+
+
+def test_each_episode_tells_its_end_in_a_row_of_its_own_and_no_more(cluster, ledger):
+    for episode in range(1, 4):
+        assert ledger.sighted(FINDING, VM, f"ce-{episode}", NOW + timedelta(minutes=10 * episode)) is not None
+        [record] = ledger.records()
+        assert ledger.resolve(record, f"ping-{episode}", NOW + timedelta(minutes=10 * episode + 5),
+                              message=f"ended {episode}") is not None
+    assert sorted(e["message"] for e in _ends(cluster)) == ["ended 1", "ended 2", "ended 3"]
+    assert _event(cluster)["type"] == "Warning" and len(cluster.list("v1", "Event", "default")) == 4
 
 
 def test_a_redelivery_gets_the_same_reply_and_other_sightings_none(ledger):

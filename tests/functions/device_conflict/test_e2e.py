@@ -188,6 +188,26 @@ def test_the_seed_each_situation_and_its_resolution(world):
     assert len(w.replies("resolved")) == before
     assert not [r for verb in ("update", "patch", "delete") for r in w.function_requests(verb)
                 if r.resource not in ("events", "configmaps")], "it never changes a VM"
+    assert_describe_reads_as_the_story(w, "vm1", "vm2")
+
+
+def assert_describe_reads_as_the_story(w, *names: str) -> None:
+    """`kubectl describe vm` of each VM reads as the story (issue 34): one row per transition of a finding that names
+    the VM (a Warning HostDeviceConflict when it opened, its count the sightings; a Normal HostDeviceConflictResolved
+    when it ended), and none contradicting another. Before, the finding's own Event turned "Normal
+    HostDeviceConflict: No longer in conflict", beside a HostDeviceConflictResolved row saying the same."""
+    from functions.device_conflict.handler import _people
+
+    for name in names:
+        rows = [(e["type"], e["reason"], e["message"]) for e in w.cluster.list("v1", "Event", "default")
+                if e["involvedObject"]["name"] == name
+                and (e.get("source") or {}).get("component") == "device-conflict"]
+        transitions = {(state, reply) for reply, state, details in w.replies() if f"default/{name}" in _people(details)}
+        assert len(rows) == len(transitions), (name, rows, transitions)
+        assert sum(1 for row in rows if row[0] == "Normal") == sum(1 for state, _ in transitions if state == "resolved")
+        for kind, reason, message in rows:
+            assert (kind, reason) in (("Warning", "HostDeviceConflict"), ("Normal", "HostDeviceConflictResolved")), rows
+            assert (kind == "Normal") == message.startswith("No longer in conflict"), rows
 
 
 def test_double_assigned_warns_on_both_before_anyone_starts_and_resolves_when_a_spec_changes(world):

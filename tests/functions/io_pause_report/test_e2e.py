@@ -134,6 +134,13 @@ def test_a_flapping_vm_gets_one_report_with_a_rising_count_then_one_resolved(wor
     assert resolved[0]["reportedCategories"] == ["rebuild-related"]
     done = world.events(name, "IOErrorPauseResolved")
     assert len(done) == 1 and done[0]["type"] == "Normal"
+    # kubectl describe vm: two rows, the story's two transitions (issue 34: the episode's own Event turned "Normal
+    # IOErrorPause ×N"): the pauses as they were reported, and their end
+    [kept] = world.events(name)
+    assert (kept["type"], kept["count"], kept["message"]) == ("Warning", pauses, event["message"])
+    assert "rebuild completed" in done[0]["message"] and done[0]["count"] == 1
+    assert len([e for e in world.cluster.list("v1", "Event", "default") if e["involvedObject"]["name"] == name
+                and (e.get("source") or {}).get("component") == FUNCTION]) == 2
     world.tick()
     assert len(world.findings("resolved", name)) == 1 and len(world.findings("detected", name)) == 1
 

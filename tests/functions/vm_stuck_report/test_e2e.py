@@ -117,8 +117,12 @@ class World(e2e.World):
         self.tick()
         assert len(self.notices(name, "resolved")) == 1 and len(self.notices(name)) == 1, \
             [(n["details"]["state"], n["details"]["instance"], n["key"], n.get("episode")) for n in self.notices(name)]
-        [event] = self.events(name)
-        assert event["type"] == "Normal"
+        # kubectl describe vm: the episode as it was reported, and its end in a row of its own (issue 34: the
+        # finding's Event turned "Normal VMStuck")
+        stuck, end = sorted(self.events(name), key=lambda e: e["reason"])
+        assert (stuck["reason"], stuck["type"]) == ("VMStuck", "Warning")
+        assert (end["reason"], end["type"], end["count"]) == ("VMStuckResolved", "Normal", 1)
+        assert end["message"] == notice["summary"]
         return notice
 
 
