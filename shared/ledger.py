@@ -8,10 +8,8 @@ Events expire `--event-ttl` after their *last write* (kube-apiserver sets a fres
 an Event: pkg/registry/core/event/storage), so the open ones are renewed — rewritten — by every re-scan once
 their last write is older than `renew_after`, well under the TTL. Each sighting is a write too (count + 1).
 
-The finding's Event says what was found, and keeps saying it: its type, reason and message are the problem's, its
-count the sightings. The end of an episode is an Event of its own on the same object (Normal, the producer's
-resolving reason: HostDeviceConflictResolved), so `kubectl describe vm` reads as the story: one row a transition,
-none contradicting another (docs/findings.md).
+The finding's Event keeps saying what was found (type, reason, message: the problem's); an episode's end is an
+Event of its own on the same object (Normal, HostDeviceConflictResolved): one row a transition (docs/findings.md).
 
 Races: the first open is a create (AlreadyExists: someone else opened it, read it back); every other change
 is a merge patch with the read resourceVersion as precondition (a Conflict re-reads and decides again), as
@@ -24,7 +22,6 @@ older than itself; and `resolve` gives up on a record sighted or reopened after 
 from __future__ import annotations
 
 import json
-import logging
 import random
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -32,7 +29,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from shared.errors import VmeventsError
 from shared.finding import (
     DETECTED,
     RESOLVED,
@@ -41,10 +37,10 @@ from shared.finding import (
     stamp,
 )
 from shared.kinds import EVENT
-from shared.kube import Conflict, Forbidden, Kube
+from shared.kube import Conflict, Kube
+from shared.recorder import Recorder
 from shared.replies import Reply, reply_type
 
-log = logging.getLogger("vmevents.ledger")
 OPEN = "open"                                # a state on record (RESOLVED is one too, and a notice)
 DEFAULT_RENEW_AFTER = timedelta(minutes=15)  # kube-apiserver's default --event-ttl is 1 h
 
@@ -58,7 +54,6 @@ SEEN_AT = "vmevents.io/finding-seen-at"      # the last sighting (a renewal is n
 RESOLVED_BY = "vmevents.io/finding-resolved-by"
 RESOLVED_AT = "vmevents.io/finding-resolved-at"
 WRITTEN_AT = "vmevents.io/finding-written-at"  # the last write of any kind: what --event-ttl counts from
-RESOLUTION_OF = "vmevents.io/resolution-of"  # on the Event that tells an episode's end: the finding's Event's name
 ATTEMPTS = 8
 # How far apart two functions' clocks may be (stamps are whole seconds): a resolution stamped later than a look,
 # less this, may have come from a look later than it (sighted's `looked`).
@@ -161,8 +156,7 @@ class Ledger:
 
     def __init__(self, kube: Kube, function: str, renew_after: timedelta = DEFAULT_RENEW_AFTER,
                  reason: str = "Finding", resolved_reason: str | None = None):
-        """`reason`: the finding's Event's, the problem's word (HostDeviceConflict); `resolved_reason`: the Event that
-        tells its end (by default the same word with Resolved: HostDeviceConflictResolved)."""
+        """`reason`: the problem's (HostDeviceConflict); `resolved_reason`: its end's (HostDeviceConflictResolved)."""
         self.kube, self.function, self.renew_after, self.reason = kube, function, renew_after, reason
         self.resolved_reason = resolved_reason or f"{reason}Resolved"
 
@@ -248,10 +242,8 @@ class Ledger:
         a redelivery of the one that did); None when someone else did, or it was not open. The identity,
         severity and advice stay as opened, so the resolved alert ends the firing one.
 
-        The finding's Event keeps what it says (its type, reason and message are the problem's, its count the
-        sightings: what happened), and the end is told by an Event of its own on the same object, Normal, reason
-        `resolved_reason`, `message` (else the summary) as its message: recorded once per episode, by the delivery
-        that ended it (docs/findings.md, "What kubectl describe shows").
+        The finding's Event keeps what it says; the end is an Event of its own on the same object, Normal, reason
+        `resolved_reason`, `message` (else the summary): docs/findings.md, "What kubectl describe shows".
 
         `record` must have been read before the state the caller judged it over by (docs/findings.md, Races):
         a finding sighted or reopened since it was read was seen by someone who looked later, so it is not
@@ -270,10 +262,7 @@ class Ledger:
                     return None  # seen (or reopened) after the state this resolution was judged on
                 record = found
             if not record.open:
-                if record.resolved_by != delivery:
-                    return None
-                self._record_end(record, message or record.finding.summary, now)  # lost the first time, perhaps
-                return Notice(RESOLVED, record)
+                return Notice(RESOLVED, record) if record.resolved_by == delivery else None
             finding = replace(record.finding, summary=summary or record.finding.summary,
                               details={**record.finding.details, **(details or {})})
             try:
@@ -281,7 +270,9 @@ class Ledger:
                                    notes={RESOLVED_BY: delivery, RESOLVED_AT: stamp(now)})
             except Conflict:
                 continue
-            self._record_end(done, message or finding.summary, now)
+            involved = {k: v for k, v in done.involved.items() if k in ("apiVersion", "kind")}
+            Recorder(self.kube, self.function).record({**involved, "metadata": dict(done.involved)}, "Normal",
+                                                      self.resolved_reason, message or finding.summary, now)
             return Notice(RESOLVED, done)
         raise Conflict(f"finding Event {record.namespace}/{record.name} kept changing")
 
@@ -299,30 +290,6 @@ class Ledger:
         return renewed
 
     # -- writing -------------------------------------------------------------------------------
-    def _record_end(self, record: Record, message: str, now: datetime) -> None:
-        """The Event that tells the end of `record`'s episode: created once (its name is the finding's Event's and
-        the episode's; a redelivery finds it there). Best-effort, as every Event (shared/recorder.py): the notice is
-        what matters, and it is answered whatever happens here; RBAC's refusal is the configuration's failure."""
-        when = stamp(now)
-        name = f"{record.name}.r{record.episode}"
-        body = {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": name, "namespace": record.namespace, "annotations": {RESOLUTION_OF: record.name}},
-            "involvedObject": dict(record.involved), "type": "Normal", "reason": self.resolved_reason,
-            "message": message, "source": {"component": self.function},
-            "reportingComponent": f"vmevents.io/{self.function}",
-            "firstTimestamp": when, "lastTimestamp": when, "count": 1,
-        }
-        try:
-            self.kube.create(EVENT, record.namespace, body)
-        except Conflict:  # AlreadyExists: recorded by the delivery that ended it, which this one repeats
-            pass
-        except Forbidden:
-            raise
-        except VmeventsError as exc:
-            log.warning("could not record Event %s %s/%s: %s", self.resolved_reason, record.namespace, name,
-                        exc.message)
-
     def _stale(self, record: Record, now: datetime) -> bool:
         return record.written_at is None or now - record.written_at >= self.renew_after
 
