@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from shared.deadline import request_timeout
 from shared.errors import PermanentError, TemporaryError, parse_retry_after, refused_request
 from shared.kinds import (  # noqa: F401 - the resource types (shared/kinds.py), imported from here by the functions
     EVENT,
@@ -72,6 +73,10 @@ class Unavailable(TemporaryError, KubeError):
 class Throttled(Unavailable):
     """429: the API server turned the request away before doing anything (max-in-flight, priority and fairness).
     Unlike a 5xx or a lost answer, a write answered so was certainly not applied."""
+
+
+class NotSent(Unavailable):
+    """Not sent: the delivery's time was up (shared/deadline.py). Like a 429, certainly not applied."""
 
 
 class Expired(PermanentError, KubeError):
@@ -177,7 +182,10 @@ class Kube:
 
     def _send(self, method: str, path: str, query: dict | None, body: Any = None,
               content_type: str = "application/json", accept: str = "application/json") -> bytes:
-        """One request; the response body as received, or the error it is (see `_error_for`)."""
+        """One request; its response body, or the error it is (`_error_for`); bounded by shared/deadline.py."""
+        timeout = request_timeout(REQUEST_TIMEOUT)
+        if timeout is None:
+            raise NotSent(f"{method} {path}: not sent, the delivery's time is up (shared/deadline.py)")
         with self._count:
             self.calls = next(self._calls) + 1
         headers = {"Accept": accept} if body is None else {"Accept": accept, "Content-Type": content_type}
@@ -187,7 +195,7 @@ class Kube:
                                           header_params=headers, body=body, auth_settings=["BearerToken"])
         what = f"{method} {path}"
         try:
-            response = api.call_api(*params, _request_timeout=REQUEST_TIMEOUT)
+            response = api.call_api(*params, _request_timeout=timeout)
             data: bytes = response.read()
             with self._count:
                 self.bytes_received += len(data)

@@ -25,8 +25,8 @@ from shared.intake import check_binary
 __all__ = ["MAX_BODY", "EnvironCe", "binary_envelope", "check_binary_environ", "declared_length", "environ_key",
            "read_body"]
 
-# The largest body a function reads. An event carries one Kubernetes object: etcd stores an object in one request
-# of at most --max-request-bytes, 1.5 MiB by default (etcd server/embed/config.go DefaultMaxRequestBytes), so no
+# The largest body a function reads (docs/facts.md §8). An event carries one Kubernetes object: etcd stores an object
+# in one request of at most --max-request-bytes, 1.5 MiB by default (etcd server/embed/config.go), so no
 # KubeVirt object (a custom resource, stored as JSON) is larger; a launcher pod is stored as protobuf, whose JSON
 # kube-apiserver allows to be twice that (k8s.io/apiserver pkg/server/config.go MaxRequestBodyBytes, 3 MiB). The
 # fourth MiB leaves room for the ApiServerSource's re-encoding (Go escapes <, > and & as \u003c…: docs/facts.md

@@ -10,6 +10,7 @@ from shared.declaration import (
     Grant,
     Identity,
     Names,
+    ObjectRef,
     On,
     Resources,
     Rule,
@@ -28,6 +29,12 @@ CLEANUP_DRY_RUN = Setting("CLEANUP_DRY_RUN", "false", "decide and report (Event,
 CLEANUP_NAMESPACES = Setting("CLEANUP_NAMESPACES", "", "comma-separated namespaces to act in (empty: all)", Names())
 CLEANUP_EXCLUDE_NAMESPACES = Setting("CLEANUP_EXCLUDE_NAMESPACES", "", "comma-separated namespaces never to act in",
                                      Names(), addon=True)
+INTENTS = "vmevents-vmi-cleanup-intents"  # the intents ConfigMap's name (CLEANUP_INTENTS's default)
+CLEANUP_INTENTS = Setting(
+    "CLEANUP_INTENTS", f"vmevents/{INTENTS}", "the ConfigMap (namespace/name) where each DELETE's intent is kept "
+    "before it is sent, so that a cleanup whose answer was lost is still announced; its Role names it", ObjectRef(),
+    why="Where each DELETE's intent is kept before it is sent, so that a cleanup whose answer was lost is still "
+        "announced (functions/vmi_cleanup/intents.py). The Role above names it.")
 
 DECLARATION = Function(
     name="vmi-cleanup",
@@ -35,7 +42,7 @@ DECLARATION = Function(
             "restarting the VM",
     about="vmi-cleanup: removes the VMI that a guest left behind in phase Succeeded when it powered itself off. "
           "Least privilege: read VMIs, VMs, migrations and the KubeVirt CR; delete a VMI; patch a VM (to halt it); "
-          "record Events. Nothing else.",
+          "record Events; keep its DELETEs' intents in its own ConfigMap. Nothing else.",
     service=Service(
         scale=Scale(0, 3, "Scale to zero when idle: a cold start (about 0.7 s, make bench) only delays an event, the "
                           "broker holds it. At most 3 pods: every event is answered in about 1 ms and the irrelevant "
@@ -54,7 +61,7 @@ DECLARATION = Function(
         "calling the API.",
         on=(On(("VirtualMachineInstance",), ("add", "update")), On(("Pod",), ("update",)))),
     settings=(CLEANUP_AFTER, CLEANUP_FAILED, CLEANUP_DRY_RUN, CLEANUP_NAMESPACES, CLEANUP_EXCLUDE_NAMESPACES,
-              RESCAN_BUDGET, RESCAN_WORKERS),
+              RESCAN_BUDGET, RESCAN_WORKERS, CLEANUP_INTENTS),
     grants=(
         Grant(why="What it reads, everywhere (the KubeVirt CR lives in its own namespace; namespaces are "
                   "cluster-scoped).",
@@ -74,7 +81,14 @@ DECLARATION = Function(
                      Rule("kubevirt.io", ("virtualmachines",), ("patch",)),
                      Rule("", ("events",), ("create", "get", "patch", "list"),
                           why="list: a dry run's re-scan reads back what its Events reported "
-                              "(functions/vmi_cleanup/memory.py)")))),
+                              "(functions/vmi_cleanup/memory.py)"))),
+        Grant(suffix="intents", namespaced=True,
+              why="Its own ConfigMap, where each DELETE's intent is kept before it is sent "
+                  "(functions/vmi_cleanup/intents.py): created when missing (RBAC cannot name what a create makes: "
+                  "deploy/components/own-configmaps refuses any other name), then read and patched by name. The name "
+                  "is CLEANUP_INTENTS's: change them together.",
+              rules=(Rule("", ("configmaps",), ("create",)),
+                     Rule("", ("configmaps",), ("get", "patch"), names=(INTENTS,))))),
     alerts=(Alert("VMICleanedUp", "info", ("vmi-cleaned-up",)),),
     identity=Identity("the VMI", "its uid and the effect", "`namespace`, `vm` (the VM, or the standalone VMI)",
                       state="reported"),

@@ -6,58 +6,67 @@ VMI and VM) → decide (functions/vmi_cleanup/decide.py, pure) → act (with pre
 """
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from functions.vmi_cleanup import intents, notices, wording
 from functions.vmi_cleanup import memory as memories
-from functions.vmi_cleanup import wording
 from functions.vmi_cleanup.decide import ACTING, Action, Facts, Verdict, Version, decide
 from functions.vmi_cleanup.settings import FUNCTION, Settings
 from shared import kubevirt as kv
 from shared import objects as o
 from shared import rescan as rescans
+from shared.deadline import time_left, until
 from shared.errors import TemporaryError
 from shared.finding import report, summary
 from shared.intake import Incoming, about, check_name, check_uid, may_concern
 from shared.kinds import KUBEVIRT, NAMESPACE, VM, VMI, VMIM
-from shared.kube import Conflict, JsonPatch, Throttled, Unavailable
+from shared.kube import Conflict, JsonPatch, NotSent, Throttled, Unavailable
 from shared.replies import Reply
 from shared.runtime import KubeContext, Outcome
 
-# How long a DELETE whose answer was lost waits for the API to answer a re-read: longer than an etcd restart, and
-# with the DELETE's own 10 s read timeout (shared.kube) still below the Trigger's 30 s delivery timeout (deploy/).
-LOST_ANSWER_WAIT = 15.0
+# Every request of a delivery ends this long after it began (shared/deadline.py): it answers before the broker gives
+# up on it (the Trigger's 30 s), however long kube-apiserver holds each request. A DELETE whose answer was lost is
+# waited for until REPORT_RESERVE before that, which is left for reporting it (the Event, the intent removed).
+DELIVERY_BUDGET = rescans.DELIVERY_TIMEOUT.total_seconds() - 2.0
+REPORT_RESERVE = 3.0
+LOST_ANSWER_WAIT = 15.0  # the wait where no deadline is set (a handler called directly)
 
 PREVIOUS_ANNOTATION = "vmevents.io/previous-run-strategy"
-# On an act's VMICleanedUp Event: the CloudEvent id of the delivery that acted, and the reply it answered with.
-ACTED_ON = "vmevents.io/cleaned-on-delivery"
-REPLY = "vmevents.io/cleaned-reply"
+ACTED_ON, REPLY = wording.ACTED_ON, wording.REPLY
 MAX_ATTEMPTS = 3
 
 
 # -- the flow ------------------------------------------------------------------------------------
 def on_event(event: Incoming, ctx: KubeContext[Settings]) -> Outcome:
-    """One event: parse which VMI it points at (no API call), read that VMI fresh, converge."""
+    """One event: parse which VMI it points at (no API call), read that VMI fresh, converge. Every request it sends
+    ends within DELIVERY_BUDGET (shared/deadline.py)."""
     if event.family == "ping":
         return rescan(ctx)
     found = target(event, ctx.settings)
     if found is None:
         return Outcome("irrelevant", subject=event.subject)
-    vmi = _read_vmi(ctx, found)
-    if vmi is None:
-        return _gone(ctx, found.namespace, found.name, found.uid, event.id, event.subject,
-                     "the VMI no longer exists")
-    return converge(vmi, ctx, delivery=event.id)
+    with until(time.monotonic() + DELIVERY_BUDGET):
+        vmi = _read_vmi(ctx, found)
+        if vmi is None:
+            return notices.gone(ctx, found.namespace, found.name, found.uid, event.id, event.subject,
+                         "the VMI no longer exists")
+        return converge(vmi, ctx, delivery=event.id)
 
 
 def rescan(ctx: KubeContext[Settings]) -> Outcome:
+    with until(rescans.begin() + DELIVERY_BUDGET):
+        return _rescan(ctx)
+
+
+def _rescan(ctx: KubeContext[Settings]) -> Outcome:
     """Every VMI's phase from the Table form of the list (cells only, from the watch cache, one namespace
     at a time), then each VMI in a final phase read in full and converged: catches missed events and makes
     'after a delay' work. Why the cheap read is safe: docs/api-cost.md; budget and isolation: shared/rescan.py."""
     began = rescans.begin()
+    settled = [] if ctx.settings.dry_run else notices.settle_intents(ctx)  # DELETEs whose answer was lost, first
     listed = rescans.gather(_namespaces(ctx), lambda namespace: [
         (namespace, row) for row in ctx.kube.list_rows(VMI, namespace, cached=True, metadata=False)],
         ctx.settings.rescan)
@@ -69,9 +78,10 @@ def rescan(ctx: KubeContext[Settings]) -> Outcome:
     # memory.py); an acting install decides every candidate in full.
     memory = memories.load(ctx.kube, [c.namespace for c in candidates], ctx.settings) \
         if ctx.settings.dry_run and candidates else None
-    scan = rescans.run(candidates, lambda found: _visit(found, ctx, memory), ctx.settings.rescan, started=began,
-                       rotation=rescans.tick_number(ctx.clock()))
-    cleaned = sorted(scan.results, key=lambda r: r.subject or "")
+    deadline = began + DELIVERY_BUDGET  # each visit runs in a worker thread: its requests end by the tick's deadline
+    scan = rescans.run(candidates, lambda found: _visit(found, ctx, memory, deadline), ctx.settings.rescan,
+                       started=began, rotation=rescans.tick_number(ctx.clock()))
+    cleaned = sorted([*settled, *scan.results], key=lambda r: r.subject or "")
     reason = f"{wording.scanned_reason(scanned, len(cleaned))}; {scan.progress()}"
     if memory is not None:
         reason += f"; {wording.spared_reason(memory.spared)}"
@@ -81,9 +91,13 @@ def rescan(ctx: KubeContext[Settings]) -> Outcome:
     return Outcome("rescan", effect=f"acted-on-{len(cleaned)}", reason=reason, reply=reply)
 
 
-def _visit(found: Target, ctx: KubeContext[Settings], memory: memories.Memory | None = None) -> Reply | None:
+def _visit(found: Target, ctx: KubeContext[Settings], memory: memories.Memory | None = None,
+           deadline: float | None = None) -> Reply | None:
     """One candidate of the re-scan: the VMI read in full (the listed row may be stale), then converge. In a dry
     run, first: was this verdict reported on these very objects already (memory.py)? Then nothing more."""
+    if deadline is not None:
+        with until(deadline):
+            return _visit(found, ctx, memory)
     if memory is not None and memory.unchanged(ctx.kube, found.namespace, found.name or "", ctx.settings,
                                                ctx.clock(), lambda: _kubevirt_version(ctx)):
         return None
@@ -97,6 +111,13 @@ def converge(vmi: dict[str, Any], ctx: KubeContext[Settings], delivery: str | No
     """Decide on fresh objects and act; on a conflict, read again and decide again. `delivery`: the id of the
     CloudEvent being answered (None for a re-scan), kept on the Event of what it did (_report)."""
     in_doubt = False  # a DELETE of ours lost its answer and may still be applied (_InDoubt)
+    meta = kv.meta(vmi)
+    if meta.get("deletionTimestamp") and not ctx.settings.dry_run:
+        # Being deleted: by a DELETE of ours whose answer was lost (its intent says so), to be reported now?
+        kept = intents.find(ctx.kube, ctx.settings.intents, meta["namespace"], meta["name"], meta.get("uid"))
+        reported = notices.report_intent(ctx, kept, delivery)
+        if reported is not None:
+            return reported
     for _ in range(MAX_ATTEMPTS):
         vm = _read_vm(ctx, vmi)
         verdict, version = _decide_with_facts(vmi, vm, ctx)
@@ -106,11 +127,11 @@ def converge(vmi: dict[str, Any], ctx: KubeContext[Settings], delivery: str | No
             in_doubt = in_doubt or isinstance(conflict, _InDoubt)
             meta = kv.meta(vmi)
             fresh = ctx.kube.get(VMI, meta["namespace"], meta["name"])
-            if in_doubt and _ended(fresh, meta):  # the DELETE in doubt (or its re-sending) was applied meanwhile
-                return _report(verdict, vmi, vm, ctx, "deleted-vmi", delivery=delivery)
+            if in_doubt and notices.ended(fresh, meta):  # the DELETE in doubt (or its re-sending) was applied
+                return notices.cleaned(verdict, vmi, vm, ctx, "deleted-vmi", delivery=delivery)
             if fresh is None:
-                return _gone(ctx, meta["namespace"], meta["name"], meta.get("uid"), delivery, kv.api_path(vmi),
-                             "the VMI no longer exists")
+                return notices.gone(ctx, meta["namespace"], meta["name"], meta.get("uid"), delivery,
+                                    kv.api_path(vmi), "the VMI no longer exists")
             vmi = fresh
     raise TemporaryError(f"VMI {kv.meta(vmi)['namespace']}/{kv.meta(vmi)['name']} kept changing while "
                          f"being cleaned up; retry later")
@@ -214,11 +235,6 @@ class _InDoubt(Conflict):
     the preconditions of the VMI it read: exactly one of the two can apply, and either is this delivery's."""
 
 
-def _ended(fresh: dict[str, Any] | None, meta: Mapping[str, Any]) -> bool:
-    """The VMI of `meta` is gone, replaced, or being deleted (KubeVirt's finalizer still on it)."""
-    return fresh is None or kv.meta(fresh).get("uid") != meta["uid"] or bool(kv.meta(fresh).get("deletionTimestamp"))
-
-
 def _act(verdict: Verdict, vmi: dict[str, Any], vm: dict[str, Any] | None, ctx: KubeContext[Settings],
          version: Version | None = None, delivery: str | None = None, *, in_doubt: bool = False) -> Outcome:
     subject = kv.api_path(vmi)
@@ -227,46 +243,62 @@ def _act(verdict: Verdict, vmi: dict[str, Any], vm: dict[str, Any] | None, ctx: 
     if verdict.action not in ACTING:
         return Outcome(verdict.action.value, subject=subject, reason=verdict.reason)
     if ctx.settings.dry_run:
-        return _report(verdict, vmi, vm, ctx, f"would-{verdict.action.value}",
+        return notices.cleaned(verdict, vmi, vm, ctx, f"would-{verdict.action.value}",
                        memories.basis(vmi, vm, ctx.settings, version))
     meta = kv.meta(vmi)
     if verdict.action is Action.DELETE_VMI:
+        # Kept before it is sent: if its answer is lost, whoever finds the VMI deleting or gone reports it (intents.py)
+        kept = intents.intent(vmi, vm or vmi, delivery, ctx.clock(), wording.event_message("deleted-vmi", vmi, verdict),
+                              asdict(report(wording.finding("deleted-vmi", vmi, vm, verdict), "cleaned")))
+        intents.keep(ctx.kube, ctx.settings.intents, kept)
         try:
             gone = not ctx.kube.delete(VMI, meta["namespace"], meta["name"], uid=meta["uid"],
                                        resource_version=meta["resourceVersion"])
-        except Throttled:
-            raise  # turned away, not applied: the 503 carries the server's Retry-After back to the broker
+        except (Throttled, NotSent):
+            intents.forget(ctx.kube, ctx.settings.intents, kept)
+            raise  # turned away, or never sent: not applied (a 429's 503 carries its Retry-After back to the broker)
         except Unavailable as lost:
-            if not _gone_since(ctx, meta):
+            if not _gone_since(ctx, meta):  # the intent stays: the DELETE may still be applied
                 raise _InDoubt(f"{lost} (the DELETE's answer was lost and the VMI is still there)") from lost
             # A DELETE was applied and our answer lost (the API restarted): ours, or a concurrent delivery's that
             # lost its answer too. Either may report it: the Event, counted once per VMI, tells them apart.
             gone = False
+        except Conflict:
+            if not in_doubt:  # not applied (its preconditions failed); in doubt, an earlier DELETE may have been
+                intents.forget(ctx.kube, ctx.settings.intents, kept)
+            raise
         if gone and not in_doubt:  # in doubt, the 404 answers the DELETE sent again: the first one was applied
-            return _gone(ctx, meta["namespace"], meta["name"], meta.get("uid"), delivery, subject,
+            intents.forget(ctx.kube, ctx.settings.intents, kept)
+            return notices.gone(ctx, meta["namespace"], meta["name"], meta.get("uid"), delivery, subject,
                          "the VMI was already deleted")
-        return _report(verdict, vmi, vm, ctx, "deleted-vmi", delivery=delivery)
+        done = notices.cleaned(verdict, vmi, vm, ctx, "deleted-vmi", delivery=delivery)
+        intents.forget(ctx.kube, ctx.settings.intents, kept)
+        return done
     # decide() halts only a VM it read, and says which run strategy it saw.
     assert vm is not None and verdict.run_strategy is not None, verdict
     ctx.kube.json_patch(VM, meta["namespace"], kv.meta(vm)["name"], halt_patch(vm, verdict.run_strategy))
-    return _report(verdict, vmi, vm, ctx, "halted-vm", delivery=delivery)
+    return notices.cleaned(verdict, vmi, vm, ctx, "halted-vm", delivery=delivery)
 
 
 def _gone_since(ctx: KubeContext[Settings], meta: dict[str, Any]) -> bool:
     """After a DELETE whose answer was lost: is this very VMI (uid) gone, or going (a deletionTimestamp, KubeVirt's
-    finalizer still on it)? Then the DELETE was applied, and a redelivery would find nothing to do and announce
-    nothing, so this answer must report it. The API that lost the answer may still be down (etcd stopped: the
-    DELETE is applied when it is back), so the re-read is tried for LOST_ANSWER_WAIT before the answer is a 503."""
-    deadline = time.monotonic() + LOST_ANSWER_WAIT
-    while True:
-        try:
-            fresh = ctx.kube.get(VMI, meta["namespace"], meta["name"])
-            break
-        except Unavailable:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(1.0)
-    return _ended(fresh, meta)
+    finalizer still on it)? Then the DELETE was applied, and this answer reports it. The API that lost the answer
+    may still be down (etcd stopped: kube-apiserver holds the DELETE and applies it when etcd is back), so the re-read
+    is tried again until REPORT_RESERVE before the delivery's deadline, each try given at most what is left
+    (shared/deadline.py), and then the answer is a 503: the broker has not given up yet, and the intent kept before
+    the DELETE lets whoever comes next report it."""
+    left = time_left()
+    with until(time.monotonic() + (LOST_ANSWER_WAIT if left is None else left - REPORT_RESERVE)):
+        while True:
+            try:
+                fresh = ctx.kube.get(VMI, meta["namespace"], meta["name"])
+                break
+            except Unavailable:
+                remaining = time_left()
+                if remaining is None or remaining < 1.5:
+                    raise
+                time.sleep(1.0)
+    return notices.ended(fresh, meta)
 
 
 def halt_patch(vm: dict[str, Any], strategy: str) -> JsonPatch:
@@ -280,42 +312,3 @@ def halt_patch(vm: dict[str, Any], strategy: str) -> JsonPatch:
     ops.append({"op": "add", "path": "/metadata/annotations/" + PREVIOUS_ANNOTATION.replace("/", "~1"),
                 "value": strategy})
     return ops
-
-
-# -- report ---------------------------------------------------------------------------------------
-def _report(verdict: Verdict, vmi: dict[str, Any], vm: dict[str, Any] | None, ctx: KubeContext[Settings],
-            effect: str, basis: memories.Basis | None = None, delivery: str | None = None) -> Outcome:
-    """The Event and the reply. An act's Event is counted once per VMI (a dry run's each time it is decided, with
-    the basis of its verdict: memory.py): counted for this VMI already, another delivery acted and reported (two
-    DELETEs that lost their answers cannot tell whose was applied), and nothing is announced. An act's Event keeps
-    the delivery that acted and its reply, for a redelivery of that event (_gone)."""
-    dry = wording.is_dry_run(effect)
-    reason = wording.DRY_RUN if dry else wording.CLEANED_UP
-    reply = report(wording.finding(effect, vmi, vm, verdict), "cleaned")
-    kept = {ACTED_ON: delivery, REPLY: json.dumps(asdict(reply), sort_keys=True)} if delivery and not dry else None
-    meta = kv.meta(vmi)
-    if not ctx.recorder.record(vm or vmi, "Normal", reason, wording.event_message(effect, vmi, verdict), ctx.clock(),
-                               once_for=None if dry else meta.get("uid"), annotations=kept,
-                               refresh={memories.BASIS: basis.encode()} if basis else None):
-        return _gone(ctx, meta["namespace"], meta["name"], meta.get("uid"), delivery, kv.api_path(vmi),
-                     "the VMI was deleted; another delivery reported it")
-    return Outcome(verdict.action.value, effect=effect, subject=kv.api_path(vmi), reason=verdict.reason, reply=reply)
-
-
-def _gone(ctx: KubeContext[Settings], namespace: str, name: str | None, uid: str | None, delivery: str | None,
-          subject: str | None, reason: str) -> Outcome:
-    """Nothing (more) to do. When this is a redelivery of the event whose delivery cleaned the VMI up, that
-    delivery's reply again, same id: the broker redelivers an event whose reply it could not take in (the
-    channel's reply to the broker's ingress failed), and only this answer can still announce the cleanup."""
-    if delivery and name and uid:
-        event = ctx.recorder.recorded_once(namespace, name, "Normal", wording.CLEANED_UP, uid)
-        annotations = ((event or {}).get("metadata") or {}).get("annotations") or {}
-        if annotations.get(ACTED_ON) == delivery:
-            try:
-                reply = Reply(**json.loads(annotations[REPLY]))
-            except (KeyError, TypeError, ValueError):
-                reply = None
-            if reply is not None:
-                return Outcome("gone", subject=subject, reply=reply,
-                               reason=f"{reason}; this event's earlier delivery cleaned it up: its notice again")
-    return Outcome("gone", subject=subject, reason=reason)

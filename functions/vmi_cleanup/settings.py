@@ -10,6 +10,7 @@ from functions.vmi_cleanup.declaration import (
     CLEANUP_DRY_RUN,
     CLEANUP_EXCLUDE_NAMESPACES,
     CLEANUP_FAILED,
+    CLEANUP_INTENTS,
     CLEANUP_NAMESPACES,
     DECLARATION,
 )
@@ -33,6 +34,7 @@ class Settings:
     namespaces: frozenset[str] = CLEANUP_NAMESPACES.value
     exclude_namespaces: frozenset[str] = CLEANUP_EXCLUDE_NAMESPACES.value
     rescan: rescan_settings.Settings = rescan_settings.Settings()  # RESCAN_BUDGET, RESCAN_WORKERS
+    intents: tuple[str, str] = CLEANUP_INTENTS.value  # where a DELETE's intent is kept before it is sent (intents.py)
 
     def in_scope(self, namespace: str) -> bool:
         return in_scope(namespace, self.namespaces, self.exclude_namespaces)
@@ -54,4 +56,5 @@ def load(environ: Mapping[str, str]) -> Settings:
                     dry_run=CLEANUP_DRY_RUN.read(environ),
                     namespaces=CLEANUP_NAMESPACES.read(environ),
                     exclude_namespaces=CLEANUP_EXCLUDE_NAMESPACES.read(environ),
-                    rescan=rescan_settings.load(environ))
+                    rescan=rescan_settings.load(environ),
+                    intents=CLEANUP_INTENTS.read(environ))

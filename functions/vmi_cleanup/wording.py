@@ -8,6 +8,9 @@ from shared import kubevirt as kv
 from shared.finding import Finding
 
 CLEANED_UP = "VMICleanedUp"
+# On an act's VMICleanedUp Event: the CloudEvent id of the delivery that reported it, and the reply it answered with.
+ACTED_ON = "vmevents.io/cleaned-on-delivery"
+REPLY = "vmevents.io/cleaned-reply"
 DRY_RUN = "VMICleanupDryRun"
 ANNOTATION_INVALID = "VMICleanupAnnotationInvalid"
 

@@ -16,6 +16,7 @@ Each scenario prints one `[faults]` line with what was injected and the time to 
 from __future__ import annotations
 
 import itertools
+import json
 import signal
 import threading
 import time
@@ -201,6 +202,44 @@ def test_etcd_stopped_longer_than_the_client_timeouts_then_started_with_its_data
     recovered = time.monotonic()
     story.check(f"etcd stopped {CLIENT_READ_TIMEOUT + 5:.0f} s (client read timeout {CLIENT_READ_TIMEOUT:.0f} s) "
                 "during 6 power-offs", "etcd down 15 s", story.converge(recovered))
+
+
+ETCD_ACROSS_DELETE = 40.0  # seconds: longer than a delivery's whole wait after a lost answer (issue 34)
+
+
+@pytest.mark.timeout(420)
+def test_etcd_stopped_40_s_across_vmi_cleanups_delete(world):
+    """Issue 34: etcd stops the moment vmi-cleanup's DELETE reaches the proxy, so kube-apiserver holds the DELETE
+    (and every quorum read) until etcd is back 40 s later, and applies it then: long after the delivery that sent it
+    answered 503 (within the Trigger's 30 s: every call it makes is given what is left) and the broker's retries
+    about it gave up or found nothing yet. Whoever looks next (a retry, the VMI's next update, a tick) finds the VMI
+    deleting or gone, and the intent kept before the DELETE says it was vmi-cleanup's: one Event, one notice.
+    Before, nobody announced it."""
+    w = world
+    story = Story(w, 1)
+    victim = story.names[0]
+    stopped: list[float] = []
+
+    def stop_etcd():  # on the DELETE seen at the proxy, before it goes on to kube-apiserver
+        if not stopped:
+            plane().stop_process("etcd", signal.SIGTERM)
+            stopped.append(time.monotonic())
+
+    held = w.cluster.faults.add(method="DELETE", path=f"/virtualmachineinstances/{victim}$",
+                                service_account=FUNCTION_SA, kind="latency", delay=0.0, call=stop_etcd)
+    story.power_off()
+    eventually(lambda: stopped, timeout=60, what="vmi-cleanup's DELETE seen at the proxy")
+    time.sleep(max(0.0, ETCD_ACROSS_DELETE - (time.monotonic() - stopped[0])))
+    plane().start_process("etcd")
+    recovered = time.monotonic()
+    assert held.hits == 1
+    story.check(f"etcd stopped {ETCD_ACROSS_DELETE:.0f} s from vmi-cleanup's DELETE on (kube-apiserver holds it and "
+                "applies it when etcd is back)", f"etcd down {ETCD_ACROSS_DELETE:.0f} s across the DELETE",
+                story.converge(recovered))
+    answers = [json.loads(line) for line in w.knative.functions["vmi-cleanup"].logs()
+               if line.startswith("{") and '"function":"vmi-cleanup"' in line]
+    slow = [a for a in answers if (a.get("duration_ms") or 0) >= 30_000]
+    assert not slow, f"answered after the broker's 30 s: {slow}"
 
 
 @pytest.mark.timeout(300)

@@ -8,6 +8,7 @@ names so they do not see each other.
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -284,6 +285,71 @@ def test_a_delete_whose_answer_is_lost_is_still_announced_once(world):
     assert [r["vmi"] for r in world.replies("cleaned")].count(f"default/{name}") == 1
     cleaned = [e for e in world.events(name) if e["reason"] == "VMICleanedUp"]
     assert len(cleaned) == 1 and cleaned[0]["count"] == 1
+
+
+@pytest.fixture
+def one_world(world):
+    if world.cluster.kubevirt_version != "1.3.1":
+        pytest.skip("this row is about the API server and the broker, not KubeVirt: one version is enough")
+    return world
+
+
+@pytest.mark.timeout(300)
+def test_a_delete_applied_after_its_delivery_gave_up_is_announced_once_by_whoever_comes_next(one_world):
+    """Issue 34: every DELETE of the VMI is held and never answered, and every re-read of it hangs (kube-apiserver
+    holding them while etcd is away), longer than the client's timeouts. Each delivery answers 503 before the
+    broker's 30 s are up, however long each call could last (each is given what is left: shared/deadline.py); before,
+    the wait after a lost answer made three calls of up to 10 s each and answered after 31 s. Then the held DELETE
+    is applied, after every delivery that sent one has answered: the next delivery finds the VMI gone, and the
+    intent kept before the DELETE says whose it was, so the cleanup is announced, once. Before, nothing was."""
+    w = one_world
+    name = w.vm("Manual")
+    w.start_manual(name)
+    w.wait_phase("default", name, "Running")
+    path = f"/virtualmachineinstances/{name}$"
+    reads = []
+
+    def held():  # the first DELETE seen: from now on every re-read of the VMI hangs too
+        if not reads:
+            reads.append(w.cluster.faults.add(method="GET", path=path, service_account=FUNCTION_SA, kind="latency",
+                                              delay=12.0, times=None))
+
+    held_deletes = w.cluster.faults.add(method="DELETE", path=path, service_account=FUNCTION_SA, kind="latency",
+                                        delay=12.0, times=None, call=held)
+    dropped = w.cluster.faults.add(method="DELETE", path=path, service_account=FUNCTION_SA, kind="drop", times=None)
+    assert dropped is not None
+    function = w.knative.functions["vmi-cleanup"]
+
+    def answers():
+        found = []
+        for line in function.logs():
+            about = f"virtualmachineinstances/{name}\"" in line or f"virt-launcher-{name}-" in line
+            if line.startswith("{") and about:
+                try:
+                    found.append(json.loads(line))
+                except ValueError:
+                    continue
+        return [a for a in found if a.get("function") == "vmi-cleanup"]
+
+    w.kubevirt.guest_power_off("default", name)
+    eventually(lambda: held_deletes.hits >= 1, timeout=30, what="vmi-cleanup's DELETE held")
+    first = eventually(lambda: [a for a in answers() if a.get("outcome") == 503], timeout=60,
+                       what="a delivery that sent the DELETE answered")
+    assert w.vmi(name) is not None, "no DELETE went through"
+    w.cluster.faults.clear()
+    w.cluster.delete("kubevirt.io/v1", "VirtualMachineInstance", "default", name)  # the held DELETE, applied
+    eventually(lambda: [r for r in w.replies("cleaned") if r["vmi"] == f"default/{name}"], timeout=90,
+               what="the cleanup announced")
+    w.settle()
+    w.tick()
+    notices = {e["id"] for e in list(w.knative.broker.received) if e["type"] == "io.vmevents.vmi-cleanup.cleaned"
+               and e2e.data_of(e)["details"]["vmi"] == f"default/{name}"}
+    assert len(notices) == 1, notices
+    cleaned = [e for e in w.events(name) if e["reason"] == "VMICleanedUp"]
+    assert len(cleaned) == 1 and cleaned[0]["count"] == 1, cleaned
+    slow = [a for a in answers() if (a.get("duration_ms") or 0) >= 30_000]
+    assert not slow, f"answered after the broker's 30 s: {slow}"
+    assert first[0]["duration_ms"] < 30_000
 
 
 def test_a_missed_event_is_caught_by_the_next_tick(world):
