@@ -82,5 +82,5 @@ DECLARATION = Function(
     identity=Identity("the VM", "the stuck instance: the VMIM's uid, else the VMI's", "`namespace`, `vm`, `state` "
                       "(the group: starting, stopping, terminating, migrating)", categories="`stuck-<group>`"),
     replies=("detected", "resolved", "scanned"),
-    reasons=("VMStuck",),
+    reasons=("VMStuck", "VMStuckResolved"),
 )
