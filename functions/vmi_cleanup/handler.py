@@ -52,7 +52,7 @@ def on_event(event: Incoming, ctx: KubeContext[Settings]) -> Outcome:
         vmi = _read_vmi(ctx, found)
         if vmi is None:
             return notices.gone(ctx, found.namespace, found.name, found.uid, event.id, event.subject,
-                         "the VMI no longer exists")
+                                "the VMI no longer exists")
         return converge(vmi, ctx, delivery=event.id)
 
 
@@ -109,7 +109,7 @@ def _visit(found: Target, ctx: KubeContext[Settings], memory: memories.Memory | 
 
 def converge(vmi: dict[str, Any], ctx: KubeContext[Settings], delivery: str | None = None) -> Outcome:
     """Decide on fresh objects and act; on a conflict, read again and decide again. `delivery`: the id of the
-    CloudEvent being answered (None for a re-scan), kept on the Event of what it did (_report)."""
+    CloudEvent being answered (None for a re-scan), kept on the Event of what it did (notices.cleaned)."""
     in_doubt = False  # a DELETE of ours lost its answer and may still be applied (_InDoubt)
     meta = kv.meta(vmi)
     if meta.get("deletionTimestamp") and not ctx.settings.dry_run:
@@ -229,10 +229,10 @@ def _migrating(ctx: KubeContext[Settings], vmi: dict[str, Any]) -> bool:
 # -- act ------------------------------------------------------------------------------------------
 class _InDoubt(Conflict):
     """A DELETE lost its answer, and the VMI read again is still there, unchanged: the DELETE never arrived, or
-    kube-apiserver applies it later (etcd was down: it retries until its own request timeout). Answering 503 here
-    would lose the cleanup's notice if it is applied later: the redelivery finds the VMI gone, with nothing saying
-    whose DELETE that was. So converge decides again on fresh reads and, if still due, sends the DELETE again with
-    the preconditions of the VMI it read: exactly one of the two can apply, and either is this delivery's."""
+    kube-apiserver applies it later (etcd was down: it waits up to its request timeout). A 503 here would leave the
+    notice to whoever finds the VMI gone later (from the intent kept before the DELETE: intents.py); converge instead
+    decides again on fresh reads and, if still due, sends the DELETE again with the preconditions of the VMI it read:
+    exactly one of the two can apply, either is this delivery's, and it reports it itself."""
 
 
 def _act(verdict: Verdict, vmi: dict[str, Any], vm: dict[str, Any] | None, ctx: KubeContext[Settings],
@@ -244,7 +244,7 @@ def _act(verdict: Verdict, vmi: dict[str, Any], vm: dict[str, Any] | None, ctx: 
         return Outcome(verdict.action.value, subject=subject, reason=verdict.reason)
     if ctx.settings.dry_run:
         return notices.cleaned(verdict, vmi, vm, ctx, f"would-{verdict.action.value}",
-                       memories.basis(vmi, vm, ctx.settings, version))
+                               memories.basis(vmi, vm, ctx.settings, version))
     meta = kv.meta(vmi)
     if verdict.action is Action.DELETE_VMI:
         # Kept before it is sent: if its answer is lost, whoever finds the VMI deleting or gone reports it (intents.py)
@@ -270,7 +270,7 @@ def _act(verdict: Verdict, vmi: dict[str, Any], vm: dict[str, Any] | None, ctx: 
         if gone and not in_doubt:  # in doubt, the 404 answers the DELETE sent again: the first one was applied
             intents.forget(ctx.kube, ctx.settings.intents, kept)
             return notices.gone(ctx, meta["namespace"], meta["name"], meta.get("uid"), delivery, subject,
-                         "the VMI was already deleted")
+                                "the VMI was already deleted")
         done = notices.cleaned(verdict, vmi, vm, ctx, "deleted-vmi", delivery=delivery)
         intents.forget(ctx.kube, ctx.settings.intents, kept)
         return done

@@ -6,7 +6,7 @@ long (the broker gives up after 30 s), and whoever comes next finds the VMI dele
 whose DELETE that was: the cleanup happened and nobody announced it (issue 34). So before the DELETE, its intent is
 kept: the VMI's uid and resourceVersion (the DELETE's preconditions), the delivery, and what the cleanup will say
 (the Event's object and message, the reply). Any later delivery or tick that finds that uid gone, replaced or
-deleting reports it from the intent, once: the cleanup's Event is counted once per VMI uid (handler._report), and
+deleting reports it from the intent, once: the cleanup's Event is counted once per VMI uid (notices.py), and
 the reply's id comes from the VMI's uid, whoever sends it.
 
 The intents live in one ConfigMap in vmevents' namespace (`CLEANUP_INTENTS`), one key per VMI uid, as device-conflict

@@ -34,13 +34,12 @@ def ended(fresh: dict[str, Any] | None, meta: Mapping[str, Any]) -> bool:
     return fresh is None or kv.meta(fresh).get("uid") != meta["uid"] or bool(kv.meta(fresh).get("deletionTimestamp"))
 
 
-
 def cleaned(verdict: Verdict, vmi: dict[str, Any], vm: dict[str, Any] | None, ctx: KubeContext[Settings],
             effect: str, basis: memories.Basis | None = None, delivery: str | None = None) -> Outcome:
     """The Event and the reply. An act's Event is counted once per VMI (a dry run's each time it is decided, with
     the basis of its verdict: memory.py): counted for this VMI already, another delivery acted and reported (two
     DELETEs that lost their answers cannot tell whose was applied), and nothing is announced. An act's Event keeps
-    the delivery that acted and its reply, for a redelivery of that event (_gone)."""
+    the delivery that acted and its reply, for a redelivery of that event (`gone`)."""
     dry = wording.is_dry_run(effect)
     reason = wording.DRY_RUN if dry else wording.CLEANED_UP
     reply = report(wording.finding(effect, vmi, vm, verdict), "cleaned")
@@ -50,12 +49,12 @@ def cleaned(verdict: Verdict, vmi: dict[str, Any], vm: dict[str, Any] | None, ct
                                once_for=None if dry else meta.get("uid"), annotations=kept,
                                refresh={memories.BASIS: basis.encode()} if basis else None):
         return gone(ctx, meta["namespace"], meta["name"], meta.get("uid"), delivery, kv.api_path(vmi),
-                     "the VMI was deleted; another delivery reported it")
+                    "the VMI was deleted; another delivery reported it")
     return Outcome(verdict.action.value, effect=effect, subject=kv.api_path(vmi), reason=verdict.reason, reply=reply)
 
 
 def gone(ctx: KubeContext[Settings], namespace: str, name: str | None, uid: str | None, delivery: str | None,
-          subject: str | None, reason: str) -> Outcome:
+         subject: str | None, reason: str) -> Outcome:
     """Nothing (more) to do. When this is a redelivery of the event whose delivery cleaned the VMI up, that
     delivery's reply again, same id: the broker redelivers an event whose reply it could not take in (the
     channel's reply to the broker's ingress failed), and only this answer can still announce the cleanup."""
