@@ -192,19 +192,24 @@ def test_the_seed_each_situation_and_its_resolution(world):
 
 
 def assert_describe_reads_as_the_story(w, *names: str) -> None:
-    """`kubectl describe vm` of each VM reads as the story (issue 34): one row per transition of a finding that names
-    the VM (a Warning HostDeviceConflict when it opened, its count the sightings; a Normal HostDeviceConflictResolved
-    when it ended), and none contradicting another. Before, the finding's own Event turned "Normal
-    HostDeviceConflict: No longer in conflict", beside a HostDeviceConflictResolved row saying the same."""
+    """`kubectl describe vm` of each VM reads as the story (issue 34): no more rows than the transitions of the
+    findings that name the VM (a Warning HostDeviceConflict when one opens, its count the sightings, rewritten when it
+    reopens; a Normal HostDeviceConflictResolved when it ends), every finding shown, and none contradicting another.
+    Before, the finding's own Event turned "Normal HostDeviceConflict: No longer in conflict", beside a
+    HostDeviceConflictResolved row saying the same."""
     from functions.device_conflict.handler import _people
 
     for name in names:
         rows = [(e["type"], e["reason"], e["message"]) for e in w.cluster.list("v1", "Event", "default")
                 if e["involvedObject"]["name"] == name
                 and (e.get("source") or {}).get("component") == "device-conflict"]
-        transitions = {(state, reply) for reply, state, details in w.replies() if f"default/{name}" in _people(details)}
-        assert len(rows) == len(transitions), (name, rows, transitions)
-        assert sum(1 for row in rows if row[0] == "Normal") == sum(1 for state, _ in transitions if state == "resolved")
+        notices = [(state, reply, details) for reply, state, details in w.replies()
+                   if f"default/{name}" in _people(details)]
+        transitions = {(state, reply) for state, reply, _ in notices}
+        findings = {(d["kind"], d["device"], d["holder"], tuple(d["blocked"])) for _, _, d in notices}
+        assert len(findings) <= sum(1 for row in rows if row[0] == "Warning"), (name, rows, findings)
+        assert 0 < len(rows) <= len(transitions), (name, rows, transitions)
+        assert sum(1 for row in rows if row[0] == "Normal") <= sum(1 for state, _ in transitions if state == "resolved")
         for kind, reason, message in rows:
             assert (kind, reason) in (("Warning", "HostDeviceConflict"), ("Normal", "HostDeviceConflictResolved")), rows
             assert (kind == "Normal") == message.startswith("No longer in conflict"), rows
