@@ -231,7 +231,7 @@ def may_concern(headers: Mapping[str, str], body: bytes, kinds: Collection[str],
     for token in tokens:  # not any(...): no generator to make, on every irrelevant event
         if token in body:
             return True
-    return spelt_with_escapes(body)
+    return b"\\" in body and _SPELLS_TOKEN.search(body) is not None  # spelt_with_escapes, without a call
 
 
 def parse(headers: Mapping[str, str], body: bytes) -> Incoming:
