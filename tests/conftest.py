@@ -114,13 +114,15 @@ def components_for(item) -> tuple:
 def pytest_collection_modifyitems(config, items):
     """A test marked `sim_only` (it needs what a real kube-apiserver cannot be made to do, and says why; faults
     are not such a thing: controlplane/faultproxy.py injects them there) runs on the simulator backend only: its
-    real-backend rows are deselected, and counted. The tests that need the control plane's binaries run after
-    all the others, so a cold build (`make test` starts it in the background) runs beside the tests that need
+    real-backend rows are deselected, and counted. A test marked `one_kubevirt` (its decisions do not depend on
+    KubeVirt's version) runs in its module's default-version world only: its `other_kubevirt` rows are deselected
+    too (docs/control-plane.md, "Which rows each suite runs"). The tests that need the control plane's binaries run
+    after all the others, so a cold build (`make test` starts it in the background) runs beside the tests that need
     none; among them, a module whose binaries are built sooner (build.ALL's order) runs sooner, each module's
     items together and in pytest's order."""
     from controlplane import build
 
-    early, late, dropped = [], [], []
+    early, late, dropped, repeated = [], [], [], []
     for item in items:  # the real backend's parameters carry the `real` mark (tests/backends.py)
         real_row = item.get_closest_marker("real") is not None
         if real_row and item.get_closest_marker("timeout") is None:
@@ -130,10 +132,12 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.timeout(REAL_TIMEOUT))
         if real_row and item.get_closest_marker("sim_only"):
             dropped.append(item)
+        elif item.get_closest_marker("one_kubevirt") and item.get_closest_marker("other_kubevirt"):
+            repeated.append(item)  # its decisions do not depend on KubeVirt's version: the default's row is enough
         else:
             (late if needs_binaries(item) else early).append(item)
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
+    if dropped or repeated:
+        config.hook.pytest_deselected(items=dropped + repeated)
     modules: dict[str, list] = {}
     for item in late:
         modules.setdefault(str(item.path), []).append(item)
