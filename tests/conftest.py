@@ -110,6 +110,46 @@ def components_for(item) -> tuple:
     return tuple(dict.fromkeys(needed))
 
 
+def pytest_configure(config):
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_WorldScheduling(), "vmevents-world-scheduling")
+
+
+_SHARED = re.compile(r"""scope=["'](class|module|package|session)["']""")
+
+
+@functools.cache
+def world_of(module: str) -> str | None:
+    """What the tests of a module share when they share a fixture wider than one test (an end-to-end world: a
+    cluster, KubeVirt, a broker and function processes): the module, or the folder whose conftest holds a session
+    fixture (the fuzz suite's); None when each test stands alone. Read from the sources, once per module."""
+    path = REPO / module
+    for folder in path.parents:
+        if folder == REPO / "tests" or REPO / "tests" not in folder.parents:
+            break
+        conftest = folder / "conftest.py"
+        if conftest.is_file() and _SHARED.search(conftest.read_text()):
+            return str(folder.relative_to(REPO))
+    return module if path.is_file() and _SHARED.search(path.read_text()) else None
+
+
+class _WorldScheduling:
+    """`make test-fast` (pytest-xdist, `--dist loadscope`): the tests that share a world run in one process, so it
+    is built once (`world_of`); every other test goes to whichever process is free. xdist's own `loadgroup` cannot
+    do it with pytest 9, which no longer reads a node id that xdist rewrites."""
+
+    def pytest_xdist_make_scheduler(self, config, log):
+        if config.getoption("dist") != "loadscope":
+            return None
+        from xdist.scheduler import LoadScopeScheduling
+
+        class Scheduling(LoadScopeScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                return world_of(nodeid.split("::", 1)[0]) or nodeid
+
+        return Scheduling(config, log)
+
+
 @pytest.hookimpl(trylast=True)  # after pytest's own grouping of items by their higher-scoped parameters
 def pytest_collection_modifyitems(config, items):
     """A test marked `sim_only` (it needs what a real kube-apiserver cannot be made to do, and says why; faults
