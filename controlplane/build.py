@@ -90,27 +90,25 @@ def _kubevirt(version: str) -> Component:
 KUBEVIRT_VERSIONS = ("v1.8.3", "v1.3.0", "v1.1.1")   # the newest first
 KUBEVIRT = {version: _kubevirt(version) for version in KUBEVIRT_VERSIONS}
 # The real node's KubeVirt (controlplane/kubevirt_node.py), at the version Harvester 1.4 ships the minor of: the rest of
-# virt-operator's install beside virt-controller, from the same wrapper module (so they share its build cache). Pure
-# Go, as virt-controller; virt-handler (<linux/kvm.h>, for the node labeller's KVM capabilities) and virt-launcher
-# (libvirt's Go binding, against Debian's libvirt-dev) link C.
+# virt-operator's install beside virt-controller, from the same wrapper module. virt-handler links C (<linux/kvm.h>, for
+# the node labeller's KVM capabilities) and virt-launcher libvirt's Go binding (against Debian's libvirt-dev), so this
+# component is built with cgo; Go's build cache keys every package by that setting, so one build with cgo for all of
+# them compiles KubeVirt's dependencies once more, not twice (a first try that built the pure-Go ones without cgo, to
+# share virt-controller's cache, then compiled everything again for these two).
 KUBEVIRT_NODE_VERSION = "v1.3.0"
 _KUBEVIRT_STAMP = "-s -w -X kubevirt.io/client-go/version.gitVersion={version} " \
                   "-X kubevirt.io/client-go/version.gitTreeState=clean"
+_KUBEVIRT_NODE_COMMANDS = ("virt-api", "virt-operator", "virt-handler", "virt-launcher", "virt-chroot", "virt-freezer",
+                           "virt-launcher-monitor", "virt-probe", "virt-tail")
 KUBEVIRT_NODE = Component(
     "kubevirt-node", "kubevirt.io/kubevirt",
-    (*(f"kubevirt.io/kubevirt/cmd/{c}" for c in ("virt-api", "virt-operator", "virt-chroot", "virt-freezer",
-                                                   "virt-launcher-monitor", "virt-probe", "virt-tail")),
+    (*(f"kubevirt.io/kubevirt/cmd/{c}" for c in _KUBEVIRT_NODE_COMMANDS),
      "./kubevirt-manifests"),  # its `operator` command: the release's kubevirt-operator.yaml (virt-controller's copy
                                # of the command is cached from before it had one)
-    ("virt-api", "virt-operator", "virt-chroot", "virt-freezer", "virt-launcher-monitor", "virt-probe", "virt-tail",
-     "kubevirt-manifests"),
-    ldflags=_KUBEVIRT_STAMP, folder=f"kubevirt-{KUBEVIRT_NODE_VERSION}")
-KUBEVIRT_CGO = Component(
-    "kubevirt-cgo", "kubevirt.io/kubevirt",
-    ("kubevirt.io/kubevirt/cmd/virt-handler", "kubevirt.io/kubevirt/cmd/virt-launcher"),
-    ("virt-handler", "virt-launcher"), ldflags=_KUBEVIRT_STAMP, folder=f"kubevirt-{KUBEVIRT_NODE_VERSION}", cgo=True)
+    (*_KUBEVIRT_NODE_COMMANDS, "kubevirt-manifests"),
+    ldflags=_KUBEVIRT_STAMP, folder=f"kubevirt-{KUBEVIRT_NODE_VERSION}", cgo=True)
 # What the real node's lane needs (tests marked `realnode`), built after ALL's others.
-NODE_COMPONENTS = (KUBE_NODE, KUBEVIRT_NODE, KUBEVIRT_CGO)
+NODE_COMPONENTS = (KUBE_NODE, KUBEVIRT_NODE)
 # The order the builds run in, two at a time, and the tests that need them follow it (tests/conftest.py): most
 # real-backend tests need kube, etcd, Knative's adapter and the default world's virt-controller (1.3.1 → v1.3.0),
 # so those come first; Knative Serving's webhook and helm serve a few modules; the other KubeVirt versions last.

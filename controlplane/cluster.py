@@ -389,7 +389,9 @@ class RealCluster:
         if not self.real_node:
             raise RealClusterError("no virt-api runs without a real node (RealCluster(real_node=True))")
         path = f"/apis/subresources.kubevirt.io/v1/namespaces/{namespace}/virtualmachines/{name}/{action}"
-        self._request("PUT", path, body or {})
+        # Accept as client-go's REST client sends it (kubecli): virt-api's routes declare no representation, and
+        # go-restful answers 406 to an Accept of application/json alone.
+        self._request("PUT", path, body or {}, accept="application/json, */*")
 
     # -- direct access (as the admin) --------------------------------------------------------------------
 
@@ -398,8 +400,8 @@ class RealCluster:
         return self._request(method, path, body, allow=allow)
 
     def _request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-                 query: list | None = None, allow: tuple[int, ...] = ()) -> Any:
-        headers = {"Accept": "application/json"}
+                 query: list | None = None, allow: tuple[int, ...] = (), accept: str = "application/json") -> Any:
+        headers = {"Accept": accept}
         if body is not None:
             headers["Content-Type"] = content_type
         params = self._admin.param_serialize(method=method, resource_path=path, query_params=query or [],

@@ -309,7 +309,7 @@ class KubeVirtImages:
 VIRTQEMUD = """#!/bin/sh
 # vmevents: virtqemud is libvirtd here (Debian bookworm's libvirt 9.0 has no split daemons): docs/control-plane.md.
 dir="${XDG_RUNTIME_DIR:-/run}/libvirt"
-[ "$(id -u)" = 0 ] && dir=/run/libvirt
+[ "$(id -u)" = 0 ] && dir=/run/libvirt && mkdir -p /var/log/libvirt   # where a daemonized libvirtd logs by default
 mkdir -p "$dir" && ln -sf libvirt-sock "$dir/virtqemud-sock"
 exec /usr/sbin/libvirtd "$@"
 """
@@ -317,8 +317,13 @@ exec /usr/sbin/libvirtd "$@"
 # also brings the system daemons' services): the defaults, as upstream's file is all comments.
 VIRTLOGD_CONF = "# virtlogd's defaults (libvirt's own virtlogd.conf sets nothing either)\n"
 QEMU_USER = ("qemu:x:107:107:qemu user:/home/qemu:/bin/bash\n", "qemu:x:107:\n")   # cmd/virt-launcher/BUILD.bazel
+# Debian builds libvirt with `libvirt-qemu` as QEMU's default user and group, and its QEMU driver refuses to start where
+# they do not exist, before it reads qemu.conf (whose `user = "qemu"` is what runs QEMU): Debian's
+# libvirt-daemon-system creates them; a launcher image needs them named.
+DEBIAN_QEMU_USER = ("libvirt-qemu:x:64055:64055:Libvirt Qemu:/var/lib/libvirt:/usr/sbin/nologin\n",
+                    "libvirt-qemu:x:64055:\n")
 NONROOT_USER = ("nonroot-user:x:1001:1001::/home/nonroot-user:/bin/bash\n", "nonroot-user:x:1001:\n")  # ./BUILD.bazel
-KUBEVIRT_RECIPE = 1
+KUBEVIRT_RECIPE = 5
 
 
 def _base_accounts(base_layer: Path) -> tuple[str, str]:
@@ -341,6 +346,16 @@ def _binary_layer(work: Path, name: str, files: dict[str, Path | str], modes: di
         path.chmod((modes or {}).get(target, 0o755 if isinstance(source, Path) else 0o644))
     for target, cap in (caps or {}).items():
         subprocess.run(["setcap", cap, str(root / target.lstrip("/"))], check=True)
+    if (root / "tmp").is_dir():
+        (root / "tmp").chmod(0o1777)   # as every image's /tmp (a non-root component writes its certificates there)
+    # Debian's /var/run is an absolute symlink to /run. virt-handler reaches into a launcher's files through
+    # /proc/<pid>/root/var/run/kubevirt-private/…, where an absolute symlink resolves against virt-handler's own root,
+    # not the launcher's ("Failed finding unix socket for serial console": the console never opened). Upstream's
+    # CentOS images have it relative; so does this layer, over the base's.
+    (root / "var").mkdir(exist_ok=True)
+    (root / "var" / "run").symlink_to("../run")
+    if (root / "home" / "qemu").is_dir():
+        os.chown(root / "home" / "qemu", 107, 107)   # the launcher's user
     return layer_from(root, work / f"{name}.tar")
 
 
@@ -348,12 +363,12 @@ def kubevirt(say=lambda text: None) -> KubeVirtImages:
     """virt-operator, virt-api, virt-controller, virt-handler and virt-launcher at the real node's KubeVirt version,
     from the binaries built here (controlplane/build.py) and Debian's packages, laid out as KubeVirt's BUILD.bazel
     files lay out upstream's images (cmd/<name>/BUILD.bazel)."""
-    node, cgo = build.ensure(build.KUBEVIRT_NODE, say), build.ensure(build.KUBEVIRT_CGO, say)
+    node = cgo = build.ensure(build.KUBEVIRT_NODE, say)
     controller = build.ensure(build.KUBEVIRT[build.KUBEVIRT_NODE_VERSION], say)
     base = kubevirt_base(say)
     tag = build.KUBEVIRT_NODE_VERSION
     stamp = hashlib.sha256()
-    for path in (*sorted(node.iterdir()), *sorted(cgo.iterdir()), controller / "virt-controller", base):
+    for path in (*sorted(node.iterdir()), controller / "virt-controller", base):
         stat = path.stat()
         stamp.update(f"{path.name} {stat.st_size} {stat.st_mtime_ns}\n".encode())
     stamp.update(f"{VIRTQEMUD}{VIRTLOGD_CONF}{KUBEVIRT_RECIPE}".encode())
@@ -378,17 +393,22 @@ def kubevirt(say=lambda text: None) -> KubeVirtImages:
             if done.returncode != 0:
                 raise ImageError(f"compiling KubeVirt's container-disk failed: {done.stderr[-1500:]}")
             passwd, group = _base_accounts(base)
-            accounts = {"/etc/passwd": passwd + QEMU_USER[0], "/etc/group": group + QEMU_USER[1],
+            accounts = {"/etc/passwd": passwd + QEMU_USER[0] + DEBIAN_QEMU_USER[0],
+                        "/etc/group": group + QEMU_USER[1] + DEBIAN_QEMU_USER[1],
                         "/etc/nsswitch.conf": (source / "cmd/virt-launcher/nsswitch.conf").read_text()}
-            # The distroless images of virt-operator, virt-api and virt-controller: their passwd and the binary.
-            small = {"virt-operator": node / "virt-operator", "virt-api": node / "virt-api",
-                     "virt-controller": controller / "virt-controller"}
-            for (component, binary), archive in zip(small.items(), images.archives[:3], strict=True):
+            # virt-operator, virt-api and virt-controller: upstream's are distroless (a passwd with nonroot-user 1001
+            # and the binary). virt-controller is built without cgo (controlplane/build.py) and is alone in its image;
+            # virt-operator and virt-api are built with cgo, beside virt-handler, so they sit on the base layer, for its
+            # C library (containerd keeps that layer once).
+            for component, binary, archive in (("virt-operator", node / "virt-operator", images.archives[0]),
+                                               ("virt-api", node / "virt-api", images.archives[1]),
+                                               ("virt-controller", controller / "virt-controller", images.archives[2])):
+                static = component == "virt-controller"
                 layer = _binary_layer(work, component, {
-                    "/etc/passwd": "root:x:0:0:root:/root:/sbin/nologin\n" + NONROOT_USER[0],
-                    "/etc/group": "root:x:0:\n" + NONROOT_USER[1], f"/usr/bin/{component}": binary,
-                    "/tmp/.keep": ""})
-                write_archive(archive, images.name(component), [layer],
+                    "/etc/passwd": ("root:x:0:0:root:/root:/sbin/nologin\n" if static else passwd) + NONROOT_USER[0],
+                    "/etc/group": ("root:x:0:\n" if static else group) + NONROOT_USER[1],
+                    f"/usr/bin/{component}": binary, "/tmp/.keep": ""})
+                write_archive(archive, images.name(component), [layer] if static else [base, layer],
                               {"Entrypoint": [f"/usr/bin/{component}"], "User": "1001"})
             handler = _binary_layer(work, "virt-handler", {
                 **accounts, "/usr/bin/virt-handler": cgo / "virt-handler", "/usr/bin/virt-chroot": node / "virt-chroot",

@@ -23,6 +23,7 @@ The pods' cgroups go under a cgroup of this node's own (`cgroupRoot`), removed w
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import selectors
@@ -49,10 +50,17 @@ CLUSTER_DNS = "10.0.0.10"          # no DNS server answers there: pods get a res
                                    # KubeVirt runs resolves a name (kubelet's MissingClusterDNS Event is not written)
 CNI_BIN = "/usr/lib/cni"           # Debian's containernetworking-plugins
 # The node's folders at their usual paths, each bind-mounted from <workdir>/fs/<path> inside the node's mount namespace.
+DISKS = "/var/lib/vmevents-disks"   # the node's hostPath PersistentVolumes (the VMs' disks): host_path()
 NODE_PATHS = ("var/lib/kubelet", "var/lib/containerd", "run/containerd", "etc/cni/net.d", "var/lib/cni",
               "var/log/pods", "var/log/containers", "run/netns", "run/kubevirt", "run/kubevirt-private",
-              "run/kubevirt-libvirt-runtimes", "var/lib/kubevirt", "var/lib/kubevirt-node-labeller")
+              "run/kubevirt-libvirt-runtimes", "var/lib/kubevirt", "var/lib/kubevirt-node-labeller",
+              DISKS.lstrip("/"))
 CGROUP_ROOT = "/sys/fs/cgroup"
+
+def host_path(workdir: Path, node_path: str, name: str = NODE_NAME) -> Path:
+    """Where a path of the node's own folders (NODE_PATHS) is on the host, for the control plane in `workdir`."""
+    return Path(workdir) / f"node-{name}" / "fs" / node_path.lstrip("/")
+
 
 class NodeError(RuntimeError):
     """The node did not start: the message says which part and where its log is."""
@@ -164,13 +172,17 @@ class EgressProxy:
             request, _, rest = head.partition(b"\r\n\r\n")
             method, target, _ = (request.split(b"\r\n", 1)[0].decode("latin-1").split(" ") + ["", ""])[:3]
             host, _, port = target.rpartition(":")
-            if method != "CONNECT" or not host or not port.isdigit():
-                conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+            try:  # an address only: a name would be resolved by the host's resolver, outside the node
+                address = str(ipaddress.ip_address(host.strip("[]")))
+            except ValueError:
+                address = ""
+            if method != "CONNECT" or not address or not port.isdigit():
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\nan address:port only\n")
                 return
             upstream = socket_in(self.netns)
             upstream.settimeout(10)
             try:
-                upstream.connect((host.strip("[]"), int(port)))
+                upstream.connect((address, int(port)))
             except OSError as exc:
                 conn.sendall(f"HTTP/1.1 502 Bad Gateway\r\n\r\n{exc}".encode())
                 return
@@ -269,6 +281,7 @@ class RealNode:
             self._start_kubelet(binaries / "kubelet")
             self._start_kube_proxy(binaries / "kube-proxy")
             self.wait_ready(time.monotonic() + timeout)
+            self._label_roles()
         except BaseException:
             self.stop()
             raise
@@ -276,6 +289,9 @@ class RealNode:
         return self
 
     def _start_holder(self) -> None:
+        """`unshare`, whose child is the node's PID 1. It dies with this process, whoever started the control plane
+        (PR_SET_PDEATHSIG: a node outlives nobody who could stop it), and its child with it (--kill-child); unshare
+        ignores SIGTERM while it waits, so it is stopped with SIGKILL."""
         ready = self.workdir / "init.ready"
         ready.unlink(missing_ok=True)
         log = open(self.workdir / "init.log", "ab")  # noqa: SIM115 - the process keeps it
@@ -284,7 +300,7 @@ class RealNode:
              "--propagation", "private", "--", sys.executable, str(Path(__file__).with_name("node_init.py")),
              str(self.workdir), str(ready), pki.NODE_IP, *NODE_PATHS],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}, preexec_fn=self._preexec)
+            env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}, preexec_fn=_die_with_parent)
         log.close()
         deadline = time.monotonic() + 15
         while not ready.exists():
@@ -299,8 +315,6 @@ class RealNode:
 
     def _preexec(self) -> None:
         if getattr(self.plane, "die_with_parent", False):
-            from controlplane.server import _die_with_parent
-
             _die_with_parent()
 
     def _make_cgroups(self) -> None:
@@ -419,21 +433,35 @@ class RealNode:
         raise NodeError(f"node {self.name} was not Ready in time ({last}); see {self.workdir / 'kubelet.log'}:\n"
                         f"{self.log_tail('kubelet')}")
 
-    def node_object(self) -> dict | None:
+    # A Harvester node is an RKE2 server: these roles are on every node of a small cluster, and KubeVirt's operator
+    # runs its install-strategy Job only on a control-plane node (pkg/virt-operator/strategy_job.go). A kubelet may not
+    # set node-role labels on itself (NodeRestriction), so the admin does, as RKE2's and kubeadm's installers do.
+    ROLES = ("control-plane", "etcd", "master")
+
+    def _label_roles(self) -> None:
+        self._admin_request("PATCH", f"/api/v1/nodes/{self.name}", {"metadata": {"labels": {
+            f"node-role.kubernetes.io/{role}": "true" for role in self.ROLES}}})
+
+    def _admin_request(self, method: str, path: str, body: Any = None) -> dict | None:
         import ssl
         import urllib.error
         import urllib.request
 
         context = ssl.create_default_context(cafile=str(self.plane.pki.ca_cert))
         context.load_cert_chain(str(self.plane.pki.admin_cert), str(self.plane.pki.admin_key))
+        request = urllib.request.Request(
+            f"{self.plane.url}{path}", method=method, data=None if body is None else json.dumps(body).encode(),
+            headers={"Content-Type": "application/merge-patch+json", "Accept": "application/json"})
         try:
-            with urllib.request.urlopen(f"{self.plane.url}/api/v1/nodes/{self.name}", context=context,
-                                        timeout=10) as answer:
+            with urllib.request.urlopen(request, context=context, timeout=10) as answer:
                 return json.loads(answer.read())
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
                 return None
             raise
+
+    def node_object(self) -> dict | None:
+        return self._admin_request("GET", f"/api/v1/nodes/{self.name}")
 
     # -- faults: the kubelet stopped and started again ------------------------------------------------
 
@@ -524,6 +552,32 @@ class RealNode:
                 top.rmdir()
             except OSError:
                 pass
+
+
+def _die_with_parent() -> None:
+    from controlplane.server import _die_with_parent as die
+
+    die()
+
+
+def kill_guest(init_pid: int, namespace: str, name: str) -> int:
+    """SIGKILL the QEMU of VMI namespace/name on the node whose PID 1 is `init_pid` (KubeVirt names the domain
+    `<namespace>_<name>`): libvirt then reports the domain shut off, crashed. The pid killed."""
+    pidns = os.stat(f"/proc/{init_pid}/ns/pid").st_ino
+    domain = f"guest={namespace}_{name}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.stat(entry / "ns" / "pid").st_ino != pidns:
+                continue
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"qemu-system-x86_64") and any(a.startswith(domain) for a in argv):
+            os.kill(int(entry.name), signal.SIGKILL)
+            return int(entry.name)
+    raise NodeError(f"no QEMU of VMI {namespace}/{name} runs on the node")
 
 
 def _children(pid: int) -> list[int]:

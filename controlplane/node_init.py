@@ -18,6 +18,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+# kube-apiserver's --service-cluster-ip-range (controlplane/server.py). A connection the node itself opens to a Service
+# address (kube-apiserver's egress tunnels: webhooks, virt-api) needs a route before kube-proxy's OUTPUT rules rewrite
+# its destination to a pod; on a cluster the node's default route gives it one. This route, on the node's loopback,
+# leads nowhere else: the namespace has no way out.
+SERVICE_CIDR = "10.0.0.0/24"
+
 
 def setup(root: Path, node_ip: str, paths: list[str]) -> None:
     def run(*argv: str) -> None:
@@ -31,6 +37,7 @@ def setup(root: Path, node_ip: str, paths: list[str]) -> None:
         run("mount", "--bind", str(source), str(target))
     run("ip", "link", "set", "lo", "up")
     run("ip", "addr", "add", f"{node_ip}/32", "dev", "lo")
+    run("ip", "route", "add", SERVICE_CIDR, "dev", "lo", "src", node_ip)
     Path("/proc/sys/net/ipv4/ip_forward").write_text("1")
     bridge = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")  # pod → Service → pod on the same bridge
     if bridge.exists():

@@ -177,6 +177,8 @@ class ControlPlane:
             f"--egress-selector-config-file={egress}",
             f"--advertise-address={pki.NODE_IP}", "--endpoint-reconciler-type=lease",
             f"--kubelet-client-certificate={kubelet_cert}", f"--kubelet-client-key={kubelet_key}",
+            # The node's address, not its name (no DNS here; kubeadm sets the same list with InternalIP first).
+            "--kubelet-preferred-address-types=InternalIP",
             f"--requestheader-client-ca-file={front.ca_cert}", f"--requestheader-allowed-names={front.client_name}",
             "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",

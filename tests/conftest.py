@@ -98,7 +98,7 @@ def components_for(item) -> tuple:
         # where the module asks for it (its fixture `kubevirt_node`), the node alone elsewhere
         node = (build.KUBE, build.ETCD, build.KUBE_NODE)
         if "kubevirt_node" in Path(str(item.path)).read_text(errors="replace"):
-            return (*node, build.KUBEVIRT[build.KUBEVIRT_NODE_VERSION], build.KUBEVIRT_NODE, build.KUBEVIRT_CGO)
+            return (*node, build.KUBEVIRT[build.KUBEVIRT_NODE_VERSION], build.KUBEVIRT_NODE)
         return node
     everything, ensures, versions, broker, helm = _module_needs(str(item.path))
     if everything or (item.get_closest_marker("real") is None and not ensures and not helm):

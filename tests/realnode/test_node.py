@@ -1,6 +1,6 @@
-"""Milestone A of the real node: the node registers and goes Ready (kubelet on containerd, the node lifecycle
-controller lifting the not-ready taint), a plain pod runs on it with an address from the CNI bridge, and the real
-kube-scheduler refuses a pod that asks for more memory than the node has, in its own words."""
+"""The real node itself (`make cluster NODE=real`): the node registers and goes Ready (kubelet on containerd, the node
+lifecycle controller lifting the not-ready taint), a plain pod runs on it with an address from the CNI bridge, and the
+real kube-scheduler refuses a pod that asks for more memory than the node has, in its own words."""
 from __future__ import annotations
 
 import ipaddress
@@ -9,7 +9,6 @@ import time
 import pytest
 
 from controlplane import node as realnode
-from controlplane.cluster import RealCluster
 
 # `real` too: the lane needs the binaries and runs with the real rows (tests/run.py), never among the others.
 pytestmark = [pytest.mark.realnode, pytest.mark.real, pytest.mark.timeout(900)]
@@ -27,11 +26,8 @@ def wait_for(what, check, timeout=120.0):
 
 
 @pytest.fixture
-def cluster(node_plane):
-    plane, _ = node_plane
-    c = RealCluster(plane, "1.3.1", fault_proxy=False, real_node=True).connect()
-    yield c
-    c.stop()
+def cluster(real_node):
+    return real_node.cluster
 
 
 def pod(name: str, memory: str = "16Mi") -> dict:
@@ -41,9 +37,8 @@ def pod(name: str, memory: str = "16Mi") -> dict:
                                      "resources": {"requests": {"memory": memory, "cpu": "10m"}}}]}}
 
 
-def test_the_node_is_ready_untainted_and_reports_the_machine(node_plane):
-    plane, node = node_plane
-    obj = node.node_object()
+def test_the_node_is_ready_untainted_and_reports_the_machine(cluster):
+    obj = cluster.get("v1", "Node", None, realnode.NODE_NAME)
     conditions = {c["type"]: c["status"] for c in obj["status"]["conditions"]}
     assert conditions["Ready"] == "True"
     assert not [t for t in obj["spec"].get("taints") or [] if t["key"].startswith("node.kubernetes.io/")]
