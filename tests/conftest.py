@@ -94,12 +94,9 @@ def components_for(item) -> tuple:
     was not waited for is waited for inside the test, under the test's timeout."""
     from controlplane import build, kubevirt
 
-    if item.get_closest_marker("realnode") is not None:  # the real node's lane: tests/realnode/; KubeVirt on the node
-        # where the module asks for it (its fixture `kubevirt_node`), the node alone elsewhere
-        node = (build.KUBE, build.ETCD, build.KUBE_NODE)
-        if "kubevirt_node" in Path(str(item.path)).read_text(errors="replace"):
-            return (*node, build.KUBEVIRT[build.KUBEVIRT_NODE_VERSION], build.KUBEVIRT_NODE)
-        return node
+    if item.get_closest_marker("realnode") is not None:
+        # The real node's lane (tests/realnode/): every test runs on `make cluster NODE=real`, KubeVirt included.
+        return (build.KUBE, build.ETCD, build.KUBEVIRT[build.KUBEVIRT_NODE_VERSION], *build.NODE_COMPONENTS)
     everything, ensures, versions, broker, helm = _module_needs(str(item.path))
     if everything or (item.get_closest_marker("real") is None and not ensures and not helm):
         return build.ALL  # every component but the real node's, which only its lane needs
