@@ -3,7 +3,8 @@ NODE=real` for the session, through the command a person runs (`python -m contro
 out), in a VMEVENTS_CACHE of its own with the built binaries and images shared: the control plane with kube-scheduler,
 a real node (containerd, kubelet, kube-proxy: controlplane/node.py) and KubeVirt installed on it by virt-operator
 (controlplane/kubevirt_node.py). With CI=true a failure to build or start fails the lane; elsewhere the lane skips,
-with the reason, where the machine lacks what the node needs."""
+with the reason, where the machine lacks what the node needs. Each test's timeout covers the session's first start
+(a cold machine builds KubeVirt's images inside `up`: debootstrap, minutes)."""
 from __future__ import annotations
 
 import json

@@ -10,7 +10,7 @@ from controlplane import node as realnode
 from controlplane.cluster import RealClusterError
 from tests.realnode.guests import NAMESPACE, guest_vm, launcher_pods, vmi_phase, wait_for
 
-pytestmark = [pytest.mark.realnode, pytest.mark.real, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.realnode, pytest.mark.real, pytest.mark.timeout(2700)]
 
 
 def test_virt_operator_deployed_kubevirt_and_virt_handler_labelled_the_node(real_node):

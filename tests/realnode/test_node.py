@@ -11,7 +11,7 @@ import pytest
 from controlplane import node as realnode
 
 # `real` too: the lane needs the binaries and runs with the real rows (tests/run.py), never among the others.
-pytestmark = [pytest.mark.realnode, pytest.mark.real, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.realnode, pytest.mark.real, pytest.mark.timeout(2700)]
 PAUSE = "localhost/vmevents/pause:3.10"
 
 

@@ -28,7 +28,7 @@ from tests.realnode.guests import (
     with_boot_disk,
 )
 
-pytestmark = [pytest.mark.realnode, pytest.mark.real, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.realnode, pytest.mark.real, pytest.mark.timeout(2700)]
 VMI = ("kubevirt.io/v1", "VirtualMachineInstance")
 VMS = {"vm-harvester": ("RerunOnFailure", {"harvesterhci.io/vmRunStrategy": "RerunOnFailure"}),
        "vm8": ("Manual", {}),
