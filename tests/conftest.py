@@ -65,8 +65,9 @@ def isolated_env(monkeypatch):
 
 
 def needs_binaries(item) -> bool:
-    """The item needs what controlplane/build.py builds: a real-backend row, or a test marked `built`."""
-    return item.get_closest_marker("real") is not None or item.get_closest_marker("built") is not None
+    """The item needs what controlplane/build.py builds: a real-backend row, a test marked `built`, or the real node's
+    lane (`realnode`)."""
+    return any(item.get_closest_marker(mark) is not None for mark in ("real", "built", "realnode"))
 
 
 # A KubeVirt version in a test's id or its module's source: "kubevirt-1.8.3-real", "v1.1.1", "1.3.1".
@@ -93,9 +94,12 @@ def components_for(item) -> tuple:
     was not waited for is waited for inside the test, under the test's timeout."""
     from controlplane import build, kubevirt
 
+    if item.get_closest_marker("realnode") is not None:
+        # The real node's lane (tests/realnode/): every test runs on `make cluster NODE=real`, KubeVirt included.
+        return (build.KUBE, build.ETCD, build.KUBEVIRT[build.KUBEVIRT_NODE_VERSION], *build.NODE_COMPONENTS)
     everything, ensures, versions, broker, helm = _module_needs(str(item.path))
     if everything or (item.get_closest_marker("real") is None and not ensures and not helm):
-        return build.ALL
+        return build.ALL  # every component but the real node's, which only its lane needs
     needed = [build.KUBE, build.ETCD, build.KNATIVE]
     # The default world's version always: a module may name only versions no virt-controller stands for.
     for version in sorted({"1.3.1", *_KUBEVIRT_VERSION.findall(item.nodeid), *versions}):
@@ -181,7 +185,7 @@ def pytest_collection_modifyitems(config, items):
     modules: dict[str, list] = {}
     for item in late:
         modules.setdefault(str(item.path), []).append(item)
-    rank = {component: i for i, component in enumerate(build.ALL)}
+    rank = {component: i for i, component in enumerate(build.everything())}
     ready = {path: max(rank[c] for part in group for c in components_for(part)) for path, group in modules.items()}
     items[:] = early + [item for path in sorted(modules, key=ready.__getitem__) for item in modules[path]]
 

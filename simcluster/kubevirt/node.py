@@ -262,9 +262,13 @@ class NodeAgent:
             "phase": phase,
             "conditions": [{"type": t, "status": "False", "reason": "PodCompleted", "lastProbeTime": None,
                             "lastTransitionTime": now} for t in ("Ready", "ContainersReady")],
-            "containerStatuses": [{"name": "compute", "ready": False, "restartCount": 0, "image": "virt-launcher",
-                                   "imageID": "", "state": {"terminated": {
-                                       "exitCode": code, "reason": reason, "startedAt": now, "finishedAt": now}}}],
+            # Every container of the pod ends, not compute alone: a KubeVirt 1.3 launcher pod also runs
+            # guest-console-log (and a kernel-boot or containerDisk container), and the real node ends each
+            # `Completed` after a power-off (docs/facts.md §9): kubectl reads 0/3, not 0/1.
+            "containerStatuses": [{"name": c.get("name", "compute"), "ready": False, "restartCount": 0,
+                                   "image": c.get("image", "virt-launcher"), "imageID": "", "state": {"terminated": {
+                                       "exitCode": code, "reason": reason, "startedAt": now, "finishedAt": now}}}
+                                  for c in ((pod.get("spec") or {}).get("containers") or [{"name": "compute"}])],
         }}, status=True)
 
     # -- guest actions, run on the worker
