@@ -49,3 +49,22 @@ PV = Kind("v1", "PersistentVolume", "persistentvolumes", namespaced=False)
 LONGHORN_VOLUME = Kind("longhorn.io/v1beta2", "Volume", "volumes")
 LONGHORN_ENGINE = Kind("longhorn.io/v1beta2", "Engine", "engines")
 KINDS = {k.kind: k for k in (VMI, VM, VMIM, KUBEVIRT, MIGRATION_POLICY, POD, EVENT, NAMESPACE, PVC, PV)}
+
+
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+def api_verb(method: str, path: str, query: dict | None = None) -> tuple[str, str]:
+    """The Kubernetes verb and resource of a request, as the API server's audit and metrics name them (get, list,
+    watch, create, ...; `virtualmachines`, `virtualmachines/start`): the labels of vmevents_api_requests_total."""
+    parts = path.strip("/").split("/")
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        rest = rest[2:]
+    resource = (rest[0] if rest else "") + (f"/{rest[2]}" if len(rest) >= 3 else "")
+    if method != "GET":
+        verb = _VERBS.get(method, method.lower())
+        return ("deletecollection" if verb == "delete" and len(rest) < 2 else verb), resource
+    if query and query.get("watch") not in (None, "", "0", "false"):
+        return "watch", resource
+    return ("get" if len(rest) >= 2 else "list"), resource

@@ -29,13 +29,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from shared.finding import (
-    DETECTED,
-    RESOLVED,
-    Finding,
-    digest,
-    stamp,
-)
+from shared import metrics
+from shared.finding import DETECTED, RESOLVED, Finding, digest, stamp
 from shared.kinds import EVENT
 from shared.kube import Conflict, Kube
 from shared.recorder import Recorder
@@ -172,11 +167,10 @@ class Ledger:
         server's watch cache, slightly stale; every transition patches at the version read, so a stale record
         costs at worst a Conflict."""
         selector = f"{LABEL}={self.function}" + (f",{STATE_LABEL}={state}" if state else "")
-        for event in self.kube.list(EVENT, namespace, label_selector=selector, field_selector=field_selector,
-                                    cached=cached):
-            found = record_of(event)
-            if found is not None and found.finding.function == self.function:
-                yield found
+        events = self.kube.list(EVENT, namespace, label_selector=selector, field_selector=field_selector, cached=cached)
+        found = (r for e in events if (r := record_of(e)) is not None and r.finding.function == self.function)
+        whole = namespace is None and state is None and not field_selector  # every one: the findings' gauges read it
+        yield from metrics.listing(self.function, found) if whole else found
 
     @staticmethod
     def replay(record: Record, delivery: str) -> Notice | None:
@@ -212,7 +206,7 @@ class Ledger:
             try:
                 if event is None or current is None:
                     created = self._create(recipient, finding, name, namespace, delivery, now, text, event)
-                    return Notice(DETECTED, created)
+                    return metrics.counted(Notice(DETECTED, created))
                 if current.open:
                     if current.opened_by == delivery:
                         return Notice(DETECTED, current)  # a redelivery of the event that opened it
@@ -231,7 +225,7 @@ class Ledger:
                 reopened = self._patch(current, finding, now, text, count=True, first=True, state=OPEN, notes={
                     EPISODE: str(current.episode + 1), OPENED_BY: delivery, OPENED_AT: stamp(now),
                     SEEN_AT: stamp(now), RESOLVED_BY: "", RESOLVED_AT: ""})
-                return Notice(DETECTED, reopened)
+                return metrics.counted(Notice(DETECTED, reopened))
             except Conflict:
                 continue  # someone else wrote it first: read again and decide again
         raise Conflict(f"finding Event {namespace}/{name} kept changing")
@@ -273,7 +267,7 @@ class Ledger:
             involved = {k: v for k, v in done.involved.items() if k in ("apiVersion", "kind")}
             Recorder(self.kube, self.function).record({**involved, "metadata": dict(done.involved)}, "Normal",
                                                       self.resolved_reason, message or finding.summary, now)
-            return Notice(RESOLVED, done)
+            return metrics.counted(Notice(RESOLVED, done))
         raise Conflict(f"finding Event {record.namespace}/{record.name} kept changing")
 
     def renew_stale(self, records: Iterable[Record], now: datetime) -> int:

@@ -22,6 +22,7 @@ The contract (vmi-cleanup, io-pause-report and migration-report use it; device-c
 """
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Generic, TypeVar
 
+from shared import metrics
 from shared.declaration import RESCAN_BUDGET, RESCAN_WORKERS
 from shared.kube import Forbidden
 from shared.settings import SettingsError, format_duration
@@ -153,9 +155,12 @@ def run(candidates: Sequence[C], visit: Callable[[C], T | None], settings: Setti
             if index and timer() + longest[0] > deadline:
                 scan.stopped = True
                 break
-            pending.add(pool.submit(one, candidate))
+            # Each visit in a copy of this context: what set the re-scan off (shared/metrics.py) goes with it.
+            pending.add(pool.submit(contextvars.copy_context().run, one, candidate))
         wait(pending)
     scan.seconds = timer() - began
+    if scan.stopped:
+        metrics.RESCAN_STOPS.inc(metrics.FUNCTION.get())
     if denied:
         raise Forbidden(f"{denied[0].message} ({len(denied)} of {scan.visited} visit(s) refused; "
                         f"{scan.progress()})")

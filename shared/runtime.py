@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import flask
 import orjson
 
-from shared import intake, wsgi
+from shared import intake, metrics, wsgi
 from shared.errors import BadEvent, VmeventsError, http_answer
 from shared.redact import scrub_urls
 from shared.replies import Reply
@@ -136,10 +136,13 @@ class FunctionApp:
             "function": name, "event_id": None, "event_type": None, "subject": None,
             "verdict": IRRELEVANT.verdict, "effect": IRRELEVANT.effect, "reason": IRRELEVANT.reason, "outcome": 204,
             "reply": None, "duration_ms": None}
+        self._count_irrelevant = metrics.EVENTS.bound(name, IRRELEVANT.verdict, "204")  # the hot path's counter
 
     def __call__(self, request: flask.Request) -> flask.Response:
         environ = request.environ
         if environ.get("REQUEST_METHOD") != "POST":  # a probe or a person: say who we are, change nothing
+            if request.path == "/metrics" and request.method in ("GET", "HEAD"):  # Prometheus (docs/metrics.md)
+                return flask.Response(metrics.REGISTRY.exposition(), status=200, content_type=metrics.CONTENT_TYPE)
             return flask.Response(status=200 if request.method in ("GET", "HEAD") else 405)
         started = time.perf_counter_ns()
         event = None
@@ -153,6 +156,8 @@ class FunctionApp:
                 outcome = IRRELEVANT if ruled is False else ruled
             else:
                 event = intake.parse_environ(environ, body)
+                metrics.TRIGGER.set(metrics.RESCAN if event.family == "ping" else metrics.EVENT)
+                metrics.FUNCTION.set(self.name)
                 outcome = self.on_event(event, self.context)
             if outcome.reply is None:
                 status, response = 204, flask.Response(status=204)
@@ -169,6 +174,8 @@ class FunctionApp:
             if not isinstance(exc, VmeventsError):
                 logging.getLogger("vmevents").exception("unexpected error handling event")
         if event is not None:
+            if event.family == "ping":
+                metrics.RESCANS.inc(self.name, "complete" if status < 300 else "failed")
             self._log(event.id, event.type, outcome.subject or event.subject, outcome, status, started)
         else:
             self._log(environ.get("HTTP_CE_ID"), environ.get("HTTP_CE_TYPE"), environ.get("HTTP_CE_SUBJECT"),
@@ -185,7 +192,8 @@ class FunctionApp:
         line as encoded is already what write_line would write (this runs for every event): the texts from
         outside (the event's id, type and subject) are str or None (intake sees to it); when the outcome's
         are too and the whole line is at most MAX_LOGGED_TEXT bytes, no value needs clipping."""
-        if outcome is IRRELEVANT:  # nearly every event's line: its own texts are the event's, and the time
+        if outcome is IRRELEVANT and status == 204:  # nearly every event's line: its texts are the event's, the time
+            self._count_irrelevant()
             record = self._irrelevant.copy()  # in write_line's order, IRRELEVANT's texts in it (made once)
             record["event_id"], record["event_type"], record["subject"] = event_id, event_type, subject
             record["outcome"] = status
@@ -193,6 +201,7 @@ class FunctionApp:
         else:
             reply = outcome.reply
             verdict, effect, reason = outcome.verdict, outcome.effect, outcome.reason
+            metrics.EVENTS.inc(self.name, verdict if verdict.__class__ is str else "unknown", str(status))
             if reason.__class__ is str and "://" in reason:  # a URL is shown by its origin only (shared/redact.py)
                 reason = scrub_urls(reason)
             record = {
@@ -298,6 +307,8 @@ def start(name: str, on_event: Handler, load_settings: Callable[[Mapping[str, st
     except (SettingsError, RuntimeError) as exc:
         sys.stderr.write(f"{name}: cannot start: {exc}\n")
         raise SystemExit(2) from None
+    if kube is not None:
+        kube.function = name  # the label of its API requests' metrics
     app = FunctionApp(name, on_event, settings, kube, prefilter=prefilter)
     if prefilter is not None and flask.has_app_context():
         # Started by functions-framework's create_app, which runs the function's module in its app's context:

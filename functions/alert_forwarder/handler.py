@@ -13,15 +13,16 @@ retries and, after its retries, dead-letters the finding, so none is lost silent
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import orjson
 
-from functions.alert_forwarder import wording
+from functions.alert_forwarder import transport, wording
 from functions.alert_forwarder.decide import Alert, below_threshold, decide, given_severity, one_per_labels, refresh
 from functions.alert_forwarder.received import PREFIX, findings, on_record
 from functions.alert_forwarder.settings import FUNCTION, Settings, read_headers, read_token
 from functions.alert_forwarder.transport import ReceiverRefused
-from functions.alert_forwarder.transport import post as _post
+from shared import metrics
 from shared.declaration import SEVERITIES
 from shared.environ import environ_get
 from shared.errors import TemporaryError, VmeventsError, longest_retry_after
@@ -155,6 +156,14 @@ def _post_alertmanager(alerts: tuple[Alert, ...], settings: Settings) -> list[Vm
     for url in am.urls:  # every replica: Alertmanager replicas do not share alerts
         failures += _post("Alertmanager", f"{url}/api/v2/alerts", body, headers, am.verify, settings.timeout,
                           allowed=settings.redirect_origins)
+    return failures
+
+
+def _post(name: str, *args: Any, **kwargs: Any) -> list[VmeventsError]:
+    """transport.post, counted per receiver and result (docs/metrics.md)."""
+    failures = transport.post(name, *args, **kwargs)
+    result = "delivered" if not failures else "retried" if isinstance(failures[0], TemporaryError) else "refused"
+    metrics.DELIVERIES.inc(FUNCTION, "alertmanager" if name == "Alertmanager" else "webhook", result)
     return failures
 
 

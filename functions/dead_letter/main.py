@@ -23,12 +23,13 @@ import binascii
 import io
 import json
 import os
+import re
 import time
 from typing import Any
 
 import flask
 
-from shared import wsgi
+from shared import metrics, wsgi
 from shared.errors import BadEvent, TooLarge, VmeventsError, http_answer
 from shared.redact import origin, scrub_urls
 from shared.runtime import loggable, write_line
@@ -142,10 +143,34 @@ def describe(headers: dict[str, str], body: bytes, cut: bool) -> dict[str, Any]:
     return {key: loggable(value) for key, value in line.items()}
 
 
+_SERVICE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_SERVICES: set[str] = set()
+MAX_SERVICES = 20  # distinct `destination` labels at most: a sender cannot make the metric grow without bound
+
+
+def _service(destination: Any) -> str:
+    """The Knative Service an undelivered event was for: the first label of its destination's host
+    (`http://vmi-cleanup.vmevents.svc.cluster.local` → vmi-cleanup), else "unknown"."""
+    host = destination.partition("://")[2].partition("/")[0].partition(":")[0] if isinstance(destination, str) else ""
+    name = host.partition(".")[0]
+    if not _SERVICE.fullmatch(name):
+        return "unknown"
+    if name not in _SERVICES and len(_SERVICES) >= MAX_SERVICES:
+        return "other"
+    _SERVICES.add(name)
+    return name
+
+
+def _code(status: Any) -> str:
+    return status if isinstance(status, str) and len(status) == 3 and status.isdecimal() else "unknown"
+
+
 def handle(request: flask.Request) -> flask.Response:
     """The functions-framework `http` target: log whatever arrived, answer 204 (GET/HEAD: 200 for probes); a body
     that could not be read is logged as far as it was, and answered 400 or 413 (see the module's docstring)."""
     if request.method != "POST":
+        if request.path == "/metrics" and request.method in ("GET", "HEAD"):  # Prometheus (docs/metrics.md)
+            return flask.Response(metrics.REGISTRY.exposition(), status=200, content_type=metrics.CONTENT_TYPE)
         return flask.Response(status=200 if request.method in ("GET", "HEAD") else 405)
     started = time.perf_counter()
     headers = _headers(request.environ)
@@ -155,6 +180,7 @@ def handle(request: flask.Request) -> flask.Response:
         line["unreadable"] = loggable(refused.message)
     # On stderr, in one write(2) (as shared.runtime.write_line does on stdout): never interleaved, never buffered.
     os.write(2, json.dumps(line, separators=(",", ":"), default=str).encode() + b"\n")
+    metrics.DEAD_LETTERS.inc(FUNCTION, _service(line["destination"]), _code(line["status"]))
     reason = f"undeliverable to {line['destination'] or 'its subscriber'} (status {line['status'] or '?'})"
     status, error_headers, error_body = http_answer(refused) if refused is not None else (204, {}, b"")
     if refused is not None:

@@ -32,6 +32,7 @@ from functions.device_conflict.index import (
 )
 from functions.device_conflict.settings import FUNCTION, Settings
 from shared import kubevirt as kv
+from shared import metrics
 from shared.environ import environ_get
 from shared.errors import VmeventsError
 from shared.finding import one_or_summary, summary
@@ -123,6 +124,8 @@ def _report(ctx: KubeContext[Settings], ledger: Ledger, delivery: str, on_record
             return None
     # A conflict seen now is a sighting that raises no count: it opens a finding the events missed (or one
     # whose Event expired while nobody ran), and renews an open one whose last write is getting old.
+    for conflict in current:
+        metrics.DECISIONS.inc(FUNCTION, "conflict", conflict.category.value, metrics.trigger())
     notices = [n for c in current
                if (n := each(c.device, _sighted, c, ledger, ctx, delivery, count=False))]
     detected = len(notices)
@@ -153,9 +156,12 @@ def check(found: Target, subject: str | None, ctx: KubeContext[Settings], delive
     GET each); the object's entries for its devices are written back when they changed."""
     seen = reads.around(ctx.kube, ctx.settings.assignments, found.id)
     if not seen.sharing:
+        metrics.DECISIONS.inc(FUNCTION, "no-conflict", "no-sharing", metrics.trigger())
         return Outcome("no-conflict", subject=subject,
                        reason=f"no other VM names or holds a device of {found.id}")
     verdict = decide(Facts(found.id, tuple(seen.workloads)), ctx.settings, ctx.clock())
+    metrics.DECISIONS.inc(FUNCTION, verdict.action.value,
+                          verdict.conflicts[0].category.value if verdict.conflicts else "", metrics.trigger())
     if not verdict.conflicts:
         return Outcome(verdict.action.value, subject=subject, reason=verdict.reason)
     ledger = _ledger(ctx)

@@ -31,6 +31,7 @@ from functions.io_pause_report.settings import Settings
 from functions.io_pause_report.volumes import NO_SPACE, fetch_volumes, to_int
 from functions.io_pause_report.wording import advice, event_message, finding, named, reply_data
 from shared import kubevirt as kv
+from shared import metrics
 from shared import rescan as rescans
 from shared.finding import summary
 from shared.intake import Incoming, about, may_concern
@@ -109,11 +110,14 @@ def converge(found: Target, ctx: KubeContext[Settings], delivery: str = "") -> O
     if vmi is None and episode is None:
         return Outcome("gone", subject=subject, reason="the VMI no longer exists")
     if io_paused(vmi) is None and episode is None:
+        metrics.DECISIONS.inc(FUNCTION, Action.SKIP.value, "not-paused", metrics.trigger())
         return Outcome(Action.SKIP.value, subject=subject, reason="not paused by an IO error")
     errors = kubevirt_errors(events, vmi)
     volumes = fetch_volumes(ctx, vmi, errors) if vmi is not None else ()
     facts = Facts(volumes, errors, baseline_after_last_episode(events, involved, vmi), vmi=vmi, episode=episode)
     verdict = decide(facts, ctx.settings, ctx.clock())
+    metrics.DECISIONS.inc(FUNCTION, verdict.action.value, named(verdict.category) if verdict.category else "",
+                          metrics.trigger())
     return act(verdict, facts, found, vmi, involved, _open(records), ctx, delivery)
 
 

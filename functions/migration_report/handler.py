@@ -26,6 +26,7 @@ from functions.migration_report.decide import Action, Facts, Verdict, decide, en
 from functions.migration_report.settings import Settings
 from functions.migration_report.wording import finding, reply_data, resolved_message
 from shared import kubevirt as kv
+from shared import metrics
 from shared import objects as o
 from shared import rescan as rescans
 from shared.finding import summary
@@ -149,6 +150,7 @@ def converge(vmim: dict, ctx: KubeContext[Settings], delivery: str = "") -> Outc
     subject = kv.api_path(vmim)
     skip = precheck(vmim, ctx.settings, ctx.clock())
     if skip:
+        metrics.DECISIONS.inc(FUNCTION, "skip", "precheck", metrics.trigger())
         return Outcome("skip", subject=subject, reason=skip)
     reported = already_reported(ctx, vmim)
     if reported is not None:
@@ -156,11 +158,14 @@ def converge(vmim: dict, ctx: KubeContext[Settings], delivery: str = "") -> Outc
         if replayed is not None:
             return Outcome("replay", effect=f"replayed-{replayed.transition}", subject=subject,
                            reason="a redelivery of the event that reported it: the same reply", reply=replayed.reply())
+        metrics.DECISIONS.inc(FUNCTION, "skip", "already-reported", metrics.trigger())
         return Outcome("skip", subject=subject, reason="already reported")
     vmi, vm = read_vmi_and_vm(vmim, ctx)
     recipients = [obj for obj in (vmi, vm) if obj is not None] or [vmim]
     facts = gather(vmim, vmi, vm, ctx)
     verdict = decide(facts, ctx.settings, ctx.clock())
+    metrics.DECISIONS.inc(FUNCTION, verdict.action.value, str(verdict.report.get("category") or ""),
+                          metrics.trigger())
     if verdict.action is Action.SKIP:
         return Outcome("skip", subject=subject, reason=verdict.reason)
     return report(verdict, facts, recipients, ctx, delivery)

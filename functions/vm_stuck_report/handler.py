@@ -25,6 +25,7 @@ from functions.vm_stuck_report.decide import (
 from functions.vm_stuck_report.reads import read_facts, source_of
 from functions.vm_stuck_report.settings import GROUPS, MIGRATION_PHASES, Settings
 from functions.vm_stuck_report.wording import FUNCTION, event_message, finding, resolved_message
+from shared import metrics
 from shared import objects as o
 from shared import rescan as rescans
 from shared.finding import summary
@@ -105,6 +106,7 @@ def converge(found: Target, ctx: KubeContext[Settings], delivery: str = "", *, t
         verdict = stuck(vm, vmi, vmim, ctx.settings, ctx.clock())
     subject = _subject(found)
     if verdict.action is Action.WAIT and not tick:  # an event as a VM begins to start: nothing more to read yet
+        metrics.DECISIONS.inc(FUNCTION, verdict.action.value, "", metrics.trigger())
         return Outcome(verdict.action.value, subject=subject, reason=verdict.reason)
     events = list(ctx.kube.list(EVENT, found.namespace, field_selector=f"involvedObject.name={found.name}"))
     records = _records(events, found)
@@ -194,6 +196,8 @@ def _records(events: list[dict], found: Target) -> list[Record]:
 def act(verdict: Verdict, found: Target, vm: dict | None, records: list[Record], ctx: KubeContext[Settings],
         delivery: str, tick: bool, looked: datetime | None = None) -> Outcome:
     subject, now, ledger = _subject(found), ctx.clock(), _ledger(ctx)
+    metrics.DECISIONS.inc(FUNCTION, verdict.action.value, verdict.cause.value if verdict.cause else "",
+                          metrics.trigger())
     s = verdict.stuck
     episode = s.instance if verdict.action is Action.REPORT and s is not None else None
     waiting = s.instance if verdict.action is Action.WAIT and s is not None else None

@@ -56,6 +56,7 @@ class Verdict:
     run_strategy: str | None = None
     due_at: datetime | None = None
     warning: str | None = None  # an annotation we do not understand: a Warning Event says so
+    why: str = ""               # the reason's class, a word from a fixed set (the metrics' `reason` label)
 
 
 def decide(facts: Facts, settings: Settings, now: datetime) -> Verdict:
@@ -64,36 +65,38 @@ def decide(facts: Facts, settings: Settings, now: datetime) -> Verdict:
     meta = kv.meta(vmi)
     phase = kv.phase(vmi)
     if not settings.in_scope(meta.get("namespace", "")):
-        return Verdict(Action.SKIP, f"namespace {meta.get('namespace')} is out of scope")
+        return Verdict(Action.SKIP, f"namespace {meta.get('namespace')} is out of scope", why="out-of-scope")
     if meta.get("deletionTimestamp"):
-        return Verdict(Action.SKIP, "the VMI is already being deleted")
+        return Verdict(Action.SKIP, "the VMI is already being deleted", why="being-deleted")
     if phase not in settings.phases:
-        return Verdict(Action.SKIP, f"phase is {phase or 'unset'}, not {' or '.join(settings.phases)}")
+        return Verdict(Action.SKIP, f"phase is {phase or 'unset'}, not {' or '.join(settings.phases)}",
+                       why="not-final")
 
     opt_out = _opt_out(vm, vmi)
     if opt_out:
         return opt_out
     delay, warning = _delay(vm, vmi, settings)
     if warning:
-        return Verdict(Action.SKIP, warning, warning=warning)
+        return Verdict(Action.SKIP, warning, warning=warning, why="annotation-invalid")
     finished = kv.phase_since(vmi, phase)
     if finished is None:
-        return Verdict(Action.SKIP, f"the VMI has no {phase} phaseTransitionTimestamp")
+        return Verdict(Action.SKIP, f"the VMI has no {phase} phaseTransitionTimestamp", why="no-timestamp")
     due = finished + delay
     if now < due:
-        return Verdict(Action.WAIT, f"{phase} since {finished:%H:%M:%SZ}, due at {due:%H:%M:%SZ}", due_at=due)
+        return Verdict(Action.WAIT, f"{phase} since {finished:%H:%M:%SZ}, due at {due:%H:%M:%SZ}", due_at=due,
+                       why="not-due")
 
     if facts.migrating or kv.migration_in_flight(vmi):
-        return Verdict(Action.SKIP, "a migration of the VMI is in flight")
+        return Verdict(Action.SKIP, "a migration of the VMI is in flight", why="migrating")
     owner = kv.controller_owner(vmi, "VirtualMachine")
     if owner is None:
-        return Verdict(Action.DELETE_VMI, "standalone VMI (no VirtualMachine owns it)")
+        return Verdict(Action.DELETE_VMI, "standalone VMI (no VirtualMachine owns it)", why="standalone")
     if vm is None:
-        return Verdict(Action.DELETE_VMI, f"its VirtualMachine {owner.get('name')} no longer exists")
+        return Verdict(Action.DELETE_VMI, f"its VirtualMachine {owner.get('name')} no longer exists", why="vm-gone")
     if owner.get("uid") and owner["uid"] != kv.meta(vm).get("uid"):
-        return Verdict(Action.SKIP, "the VMI belongs to an earlier VirtualMachine of the same name")
+        return Verdict(Action.SKIP, "the VMI belongs to an earlier VirtualMachine of the same name", why="earlier-vm")
     if (vm.get("status") or {}).get("stateChangeRequests"):
-        return Verdict(Action.SKIP, "the VM has pending state change requests")
+        return Verdict(Action.SKIP, "the VM has pending state change requests", why="state-change-pending")
     return _by_run_strategy(kv.run_strategy(vm), phase, due, delay, now, facts.kubevirt_version)
 
 
@@ -101,7 +104,9 @@ def _by_run_strategy(strategy: str | None, phase: str, due: datetime, delay: tim
                      version: Version | None) -> Verdict:
     """The table in README 'What it does', from docs/facts.md §2."""
     def verdict(action: Action, reason: str, due_at: datetime | None = None) -> Verdict:
-        return Verdict(action, reason, run_strategy=strategy, due_at=due_at)
+        known = strategy in ("Manual", "Halted", "Always", "Once", "RerunOnFailure")
+        return Verdict(action, reason, run_strategy=strategy, due_at=due_at,
+                       why=f"run-strategy-{strategy.lower()}" if strategy and known else "run-strategy-unknown")
 
     if strategy in ("Manual", "Halted"):
         return verdict(Action.DELETE_VMI, f"runStrategy {strategy}: KubeVirt will not start it again")
@@ -133,10 +138,10 @@ def _opt_out(vm: dict[str, Any] | None, vmi: dict[str, Any]) -> Verdict | None:
         if value is None or value == "false":
             continue
         if value == "true":
-            return Verdict(Action.SKIP, f"the {owner} opts out ({SKIP_ANNOTATION}: \"true\")")
+            return Verdict(Action.SKIP, f"the {owner} opts out ({SKIP_ANNOTATION}: \"true\")", why="opted-out")
         warning = (f"{SKIP_ANNOTATION}: {value!r} on the {owner} is not understood (use \"true\" or \"false\"); "
                    f"treating it as an opt-out, nothing will be cleaned up")
-        return Verdict(Action.SKIP, warning, warning=warning)
+        return Verdict(Action.SKIP, warning, warning=warning, why="annotation-invalid")
     return None
 
 

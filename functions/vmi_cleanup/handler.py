@@ -16,6 +16,7 @@ from functions.vmi_cleanup import memory as memories
 from functions.vmi_cleanup.decide import ACTING, Action, Facts, Verdict, Version, decide
 from functions.vmi_cleanup.settings import FUNCTION, Settings
 from shared import kubevirt as kv
+from shared import metrics
 from shared import objects as o
 from shared import rescan as rescans
 from shared.deadline import time_left, until
@@ -122,19 +123,31 @@ def converge(vmi: dict[str, Any], ctx: KubeContext[Settings], delivery: str | No
         vm = _read_vm(ctx, vmi)
         verdict, version = _decide_with_facts(vmi, vm, ctx)
         try:
-            return _act(verdict, vmi, vm, ctx, version, delivery, in_doubt=in_doubt)
+            return _counted(verdict, _act(verdict, vmi, vm, ctx, version, delivery, in_doubt=in_doubt))
         except Conflict as conflict:
             in_doubt = in_doubt or isinstance(conflict, _InDoubt)
             meta = kv.meta(vmi)
             fresh = ctx.kube.get(VMI, meta["namespace"], meta["name"])
             if in_doubt and notices.ended(fresh, meta):  # the DELETE in doubt (or its re-sending) was applied
-                return notices.cleaned(verdict, vmi, vm, ctx, "deleted-vmi", delivery=delivery)
+                return _counted(verdict, notices.cleaned(verdict, vmi, vm, ctx, "deleted-vmi", delivery=delivery))
             if fresh is None:
                 return notices.gone(ctx, meta["namespace"], meta["name"], meta.get("uid"), delivery,
                                     kv.api_path(vmi), "the VMI no longer exists")
             vmi = fresh
     raise TemporaryError(f"VMI {kv.meta(vmi)['namespace']}/{kv.meta(vmi)['name']} kept changing while "
                          f"being cleaned up; retry later")
+
+
+def _counted(verdict: Verdict, outcome: Outcome) -> Outcome:
+    """The decision acted on, and what acting did, in the metrics (docs/metrics.md)."""
+    trigger = metrics.trigger()
+    metrics.DECISIONS.inc(FUNCTION, verdict.action.value, verdict.why, trigger)
+    if verdict.action in ACTING:
+        result = "dry-run" if wording.is_dry_run(outcome.effect) else "done" if outcome.verdict != "gone" else "gone"
+        metrics.ACTIONS.inc(FUNCTION, verdict.action.value, result, trigger)
+    if outcome.reply is not None and outcome.verdict != "gone":
+        metrics.REPORTED.inc(FUNCTION, "vmi-cleaned-up", "info", trigger)
+    return outcome
 
 
 # -- parse: which VMI is this event about? (no API calls) ------------------------------------------
