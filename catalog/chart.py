@@ -6,13 +6,18 @@ from __future__ import annotations
 from typing import Any
 
 from catalog.manifests import REGISTRY, role_name
+from catalog.monitoring import DASHBOARDS_NAMESPACE
 from catalog.yamltext import Flow, Note, Quoted, document
-from shared.declaration import Function
+from shared.declaration import Function, Setting
 
 VALUES_HEAD = ("vmevents' settings, with deploy/'s defaults: generated from the functions' declarations "
                "(functions/<name>/declaration.py) by `make generate` (catalog/chart.py); edit those, not this file. "
                "Each function's settings are documented in docs/<function>.md; the ones operators change most are in "
                "deploy/harvester/addon.yaml.")
+DRY_RUN = "_DRY_RUN"
+# What README, the values and the Add-on say of the one setting that takes an install out of its dry run.
+LIVE = ("to go live, set functions.vmi-cleanup.env.CLEANUP_DRY_RUN to \"false\" (vmi-cleanup then deletes the VMIs "
+        "it reported; no other function changes anything but Events and its own ConfigMaps)")
 # The Add-on's block starts after this line of deploy/harvester/addon.yaml; what is above it is written by hand.
 ADDON_BLOCK = "  valuesContent: |-\n"
 
@@ -40,12 +45,21 @@ def values(functions: tuple[Function, ...]) -> str:
                                                            after="[Deny] refuses, as deploy/overlays/prevent-deny")}},
                  head="deploy/components/prevent: the ValidatingAdmissionPolicy refusing (or warning about) a VM that "
                       "names a host device already assigned to another VM (docs/device-conflict.md)."),
-        document({"functions": {f.service_name: Note({"env": {s.name: Quoted(s.default) for s in f.settings},
+        document({"monitoring": {
+            "enabled": Note(False, after="PodMonitor and PrometheusRule need the Prometheus Operator's CRDs"),
+            "dashboardNamespace": Note(DASHBOARDS_NAMESPACE, after="where your Grafana's sidecar loads dashboards "
+                                                                  "(rancher-monitoring's)")}},
+                 head="deploy/components/monitoring (docs/monitoring.md): a PodMonitor scraping every function's "
+                      "/metrics, a PrometheusRule and the Grafana dashboard. The first two are the Prometheus "
+                      "Operator's (monitoring.coreos.com/v1), which rancher-monitoring installs: with enabled and "
+                      "without them the render fails, naming them."),
+        document({"functions": {f.service_name: Note({"env": {s.name: _installed(s) for s in f.settings},
                                                       "resources": _resources(f)},
                                                      above=f"docs/{f.name}.md")
                                 for f in functions}},
                  head="One entry per Knative Service: env is its settings (every variable but "
-                      "FUNCTION_TARGET/FUNCTION_SOURCE), resources its container's."),
+                      "FUNCTION_TARGET/FUNCTION_SOURCE), resources its container's. The chart starts in dry run: "
+                      "every *_DRY_RUN is \"true\" (as deploy/overlays/dry-run); " + LIVE + "."),
     ]
     return "\n".join(sections)
 
@@ -64,15 +78,28 @@ def scoped(functions: tuple[Function, ...]) -> str:
             '{{- define "vmevents.scoped" -}}\n' + "\n".join(rows) + "\n{{- end -}}\n")
 
 
+def _installed(setting: Setting) -> Any:
+    """A setting's value as the chart and the Add-on install it: its default, but a dry run's switch on."""
+    return Quoted("true") if setting.name.endswith(DRY_RUN) else Quoted(setting.default)
+
+
+def _addon_note(setting: Setting) -> str:
+    return f"{setting.doc}; {LIVE}" if setting.name.endswith(DRY_RUN) else setting.doc
+
+
 def addon_values(functions: tuple[Function, ...]) -> str:
-    """The Add-on's valuesContent: the image, the prevention, and each setting declared `addon` with its default."""
-    chosen = {f.service_name: {"env": {s.name: Note(Quoted(s.default), above=s.doc) for s in f.settings if s.addon}}
+    """The Add-on's valuesContent: the image, the prevention, monitoring, and each setting declared `addon` as the
+    chart installs it (a dry run)."""
+    chosen = {f.service_name: {"env": {s.name: Note(_installed(s), above=_addon_note(s)) for s in f.settings
+                                       if s.addon}}
               for f in functions if any(s.addon for s in f.settings)}
     text = document({"image": _image(),
                      "prevention": {"enabled": Note(False, after="the admission policy on host devices "
                                                                  "(docs/device-conflict.md)"),
                                     "validationActions": Note(Flow(("Warn",)), after="[Deny] refuses a VM that names "
                                                                                      "a device another VM holds")},
+                     "monitoring": {"enabled": Note(False, after="true once rancher-monitoring runs "
+                                                                 "(docs/monitoring.md)")},
                      "functions": chosen},
                     head="Generated from the functions' declarations by `make generate` (catalog/chart.py): every "
                          "setting declared `addon=True`, with its default.", indent=4)

@@ -1,7 +1,7 @@
 """Every file derived from the declarations, as it must read: {path relative to the repository: text}."""
 from __future__ import annotations
 
-from catalog import REPO, alerts, chart, declarations, declared, docs, manifests
+from catalog import REPO, alerts, chart, declarations, declared, docs, manifests, monitoring
 
 ALERTS = "each producer's declared alerts and identity (functions/<name>/declaration.py)"
 
@@ -14,6 +14,7 @@ def outputs() -> dict[str, str]:
     found[chart.SCOPED_PATH] = chart.scoped(functions)
     found["deploy/harvester/addon.yaml"] = chart.addon(_read("deploy/harvester/addon.yaml"), functions)
     found[alerts.PATH] = alerts.categories(functions)
+    found.update(monitoring.outputs(functions))
     found["README.md"] = docs.readme(_read("README.md"), functions)
     min_severity = declared("alert-forwarder").setting("MIN_SEVERITY").default
     found["docs/alert-forwarder.md"] = docs.between(_read("docs/alert-forwarder.md"), "docs/alert-forwarder.md",

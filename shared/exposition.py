@@ -195,8 +195,9 @@ def _number(value: float) -> str:
 
 
 # -- the process -------------------------------------------------------------------------------------
-def process_metrics() -> Iterable[Collected]:
-    """The usual process_* figures (Prometheus' client libraries' names), from /proc/self; none off Linux."""
+def process_metrics(labels: Labels = (), values: Labels = ()) -> Iterable[Collected]:
+    """The usual process_* figures (Prometheus' client libraries' names), from /proc/self, with `labels`; none off
+    Linux."""
     try:
         with open("/proc/self/stat", "rb") as stat:
             fields = stat.read().rsplit(b")", 1)[1].split()
@@ -209,12 +210,12 @@ def process_metrics() -> Iterable[Collected]:
     cpu = (int(fields[11]) + int(fields[12])) / ticks   # utime, stime (proc(5) fields 14, 15)
     return (
         Collected("process_cpu_seconds_total", "User and system CPU time of the process, in seconds.", "counter",
-                  (), (((), cpu),)),
-        Collected("process_resident_memory_bytes", "Resident memory of the process, in bytes.", "gauge", (),
-                  (((), int(pages[1]) * page),)),
+                  labels, ((values, cpu),)),
+        Collected("process_resident_memory_bytes", "Resident memory of the process, in bytes.", "gauge", labels,
+                  ((values, int(pages[1]) * page),)),
         Collected("process_start_time_seconds", "When the process started, in seconds since the epoch.", "gauge",
-                  (), (((), _STARTED),)),
-        Collected("process_open_fds", "Open file descriptors of the process.", "gauge", (), (((), fds),)),
+                  labels, ((values, _STARTED),)),
+        Collected("process_open_fds", "Open file descriptors of the process.", "gauge", labels, ((values, fds),)),
     )
 
 

@@ -138,7 +138,8 @@ DEAD_LETTERS = REGISTRY.add(Counter(
     "vmevents_dead_letters_total", "Events the broker could not deliver, by the function it was for and the status "
     "it last got.", ("function", "destination", "code")))
 FINDINGS = Findings()
-REGISTRY.collectors += [FINDINGS.collect, process_metrics]
+PROCESS = {"function": ""}  # the function this process serves (shared.runtime.start): the process_* metrics' label
+REGISTRY.collectors += [FINDINGS.collect, lambda: process_metrics(("function",), (PROCESS["function"],))]
 
 
 def trigger() -> str:

@@ -307,6 +307,7 @@ def start(name: str, on_event: Handler, load_settings: Callable[[Mapping[str, st
     except (SettingsError, RuntimeError) as exc:
         sys.stderr.write(f"{name}: cannot start: {exc}\n")
         raise SystemExit(2) from None
+    metrics.PROCESS["function"] = name
     if kube is not None:
         kube.function = name  # the label of its API requests' metrics
     app = FunctionApp(name, on_event, settings, kube, prefilter=prefilter)

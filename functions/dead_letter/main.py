@@ -143,6 +143,7 @@ def describe(headers: dict[str, str], body: bytes, cut: bool) -> dict[str, Any]:
     return {key: loggable(value) for key, value in line.items()}
 
 
+metrics.PROCESS["function"] = FUNCTION
 _SERVICE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _SERVICES: set[str] = set()
 MAX_SERVICES = 20  # distinct `destination` labels at most: a sender cannot make the metric grow without bound

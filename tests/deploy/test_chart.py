@@ -1,6 +1,7 @@
 """deploy/chart/vmevents, rendered by a real helm (v3.19.0, built from helm.sh/helm/v3 by controlplane/build.py):
-its default render is `kustomize build deploy/overlays/default` object for object (and with prevention on,
-the prevent overlays'), its values carry every function's settings with deploy/'s defaults, a value
+its default render is `kustomize build deploy/overlays/dry-run` object for object, and with the one setting that
+goes live the default overlay's (with prevention on, the prevent overlays'; with monitoring on, the monitoring
+overlay's), its values carry every function's settings with deploy/'s defaults but the dry run, a value
 changes what it names and nothing else, a misspelt value fails the render, and `helm install` succeeds on
 the real control plane. The Harvester Add-on (deploy/harvester/addon.yaml) is applied there against the
 Addon CRD vendored from harvester/harvester, and its valuesContent renders with the chart."""
@@ -68,20 +69,38 @@ def assert_same_objects(helm_objects: list[dict], kustomize_objects: list[dict])
                                                           for k in differ[:2])
 
 
-def test_the_default_render_is_the_default_overlay_object_for_object(helm):
-    assert_same_objects(template(helm), render("default"))
+LIVE = ("--set", "functions.vmi-cleanup.env.CLEANUP_DRY_RUN=false")  # the one setting that goes live
+MONITORING_CRDS = ("--api-versions", "monitoring.coreos.com/v1/PodMonitor", "--api-versions",
+                   "monitoring.coreos.com/v1/PrometheusRule")
+
+
+def test_the_default_render_is_the_dry_run_overlay_object_for_object(helm):
+    """The chart starts in dry run (as README advises), and one value goes live: then it is the default overlay."""
+    assert_same_objects(template(helm), render("dry-run"))
+    assert_same_objects(template(helm, *LIVE), render("default"))
 
 
 def test_prevention_renders_the_prevent_overlays(helm):
-    assert_same_objects(template(helm, "--set", "prevention.enabled=true"), render("prevent"))
-    deny = template(helm, "--set", "prevention.enabled=true", "--set", "prevention.validationActions={Deny}")
+    assert_same_objects(template(helm, *LIVE, "--set", "prevention.enabled=true"), render("prevent"))
+    deny = template(helm, *LIVE, "--set", "prevention.enabled=true", "--set", "prevention.validationActions={Deny}")
     assert_same_objects(deny, render("prevent-deny"))
+
+
+def test_monitoring_renders_the_monitoring_overlay_where_the_crds_are_and_fails_naming_them_elsewhere(helm):
+    assert_same_objects(template(helm, *LIVE, "--set", "monitoring.enabled=true", *MONITORING_CRDS),
+                        render("monitoring"))
+    moved = template(helm, "--set", "monitoring.enabled=true", "--set", "monitoring.dashboardNamespace=monitoring",
+                     *MONITORING_CRDS)
+    assert [o["metadata"]["namespace"] for o in moved if o["kind"] == "ConfigMap"
+            and o["metadata"]["name"] == "vmevents-dashboard"] == ["monitoring"]
+    done = run_helm(helm, "template", "vmevents", str(CHART), "--set", "monitoring.enabled=true", check=False)
+    assert done.returncode != 0 and "monitoring.coreos.com/v1 PodMonitor and PrometheusRule" in done.stderr
 
 
 def test_the_values_hold_every_functions_settings_with_deploys_defaults():
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     missing = []
-    for svc in knative_services(render("default")):
+    for svc in knative_services(render("dry-run")):  # the chart starts in dry run
         name, c = svc["metadata"]["name"], container(svc)
         wanted = {"env": {e["name"]: e["value"] for e in c.get("env", []) if e["name"] not in RUNTIME_ONLY},
                   "resources": c["resources"]}

@@ -50,6 +50,9 @@ KNATIVE_CRDS = {
     ("eventing.knative.dev", "Trigger"): "knative-eventing/knative-v1.22.2/trigger.crd.yaml",
     ("sources.knative.dev", "ApiServerSource"): "knative-eventing/knative-v1.22.2/apiserversource.crd.yaml",
     ("sources.knative.dev", "PingSource"): "knative-eventing/knative-v1.22.2/pingsource.crd.yaml",
+    # deploy/components/monitoring: the Prometheus Operator's, as rancher-monitoring 104.1.2 installs them
+    ("monitoring.coreos.com", "PodMonitor"): "prometheus-operator/v0.72.0/podmonitors.crd.yaml",
+    ("monitoring.coreos.com", "PrometheusRule"): "prometheus-operator/v0.72.0/prometheusrules.crd.yaml",
 }
 # Fields of a Knative RevisionSpec that are not a Kubernetes PodSpec's (knative.dev/serving
 # pkg/apis/serving/v1/revision_types.go RevisionSpec).
@@ -433,6 +436,11 @@ def test_overlays_change_only_what_they_are_for():
             assert o["spec"]["validationActions"] == ["Deny"]
             o["spec"]["validationActions"] = ["Warn"]
     assert deny == render("prevent")
+    # monitoring = default + the PodMonitor, the PrometheusRule and the dashboard's ConfigMap.
+    watching = [o for o in render("monitoring") if o not in render("default")]
+    assert sorted((o["kind"], o["metadata"]["namespace"]) for o in watching) == [
+        ("ConfigMap", "cattle-dashboards"), ("PodMonitor", "vmevents"), ("PrometheusRule", "vmevents")]
+    assert [o for o in render("monitoring") if o not in watching] == render("default")
     kafka_broker = of_kind(render("kafka"), "eventing.knative.dev", "Broker")[0]
     assert kafka_broker["spec"]["config"] == {"apiVersion": "v1", "kind": "ConfigMap",
                                               "name": "kafka-broker-config", "namespace": "knative-eventing"}
