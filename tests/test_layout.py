@@ -15,7 +15,7 @@ from tests.conftest import REPO
 
 # -- reading a module -----------------------------------------------------------------------------
 FIRST_PARTY = ("shared", "functions", "localknative", "simcluster", "controlplane", "bench", "tests", "image",
-               "catalog")
+               "catalog", "cli")
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,8 @@ RULES = {
     "catalog": Rule("catalog/ derives files from the functions' declarations: it imports shared/ only (it loads each "
                     "functions/<name>/declaration.py by its name in catalog.FUNCTIONS)", allowed=("shared",)),
     "localknative": Rule("localknative/ stands in for Knative: it imports shared/ only", allowed=("shared",)),
+    "cli": Rule("cli/ is the operator's command, installed with the package: it imports shared/ and the functions",
+                allowed=("shared", "functions")),
     "simcluster": Rule("the simulated cluster never imports the tests, the benchmarks or the control plane "
                        "(they import it)", forbidden=("tests", "bench", "controlplane")),
     "controlplane": Rule("the control plane never imports the tests or the benchmarks",

@@ -94,31 +94,55 @@ def rescan(ctx: KubeContext[Settings], delivery: str) -> Outcome:
 def converge(found: Target, ctx: KubeContext[Settings], delivery: str = "") -> Outcome:
     """Read fresh, decide, record. Nothing but Events is ever written, so there is nothing to retry.
     `delivery`: the id of the event being handled (a redelivery of it answers as it did)."""
-    # The Events (the episode on record among them) before the VMI: an episode is never judged over by a view
-    # of the VMI older than the episode (shared/ledger.py, Races).
-    events = list(ctx.kube.list(EVENT, found.namespace, field_selector=f"involvedObject.name={found.name}"))
-    vmi = ctx.kube.get(VMI, found.namespace, found.name)
-    subject = VMI.path(found.namespace, found.name)
-    involved = involved_object(vmi, events, found)
-    records = _records(events, involved)
-    for record in records:  # a redelivery of the event that opened or ended an episode answers as it did
+    seen = look(found, ctx)
+    for record in seen.records:  # a redelivery of the event that opened or ended an episode answers as it did
         notice = Ledger.replay(record, delivery)
         if notice is not None:
-            return Outcome("replay", effect=notice.transition, subject=subject, reason="a redelivered event",
+            return Outcome("replay", effect=notice.transition, subject=seen.subject, reason="a redelivered event",
                            reply=notice.reply())
-    episode = read_episode(events, involved)
-    if vmi is None and episode is None:
-        return Outcome("gone", subject=subject, reason="the VMI no longer exists")
-    if io_paused(vmi) is None and episode is None:
+    verdict, facts, nothing = judge(seen, ctx)
+    if verdict is None or facts is None:
+        if seen.vmi is None:
+            return Outcome("gone", subject=seen.subject, reason=nothing)
         metrics.DECISIONS.inc(FUNCTION, Action.SKIP.value, "not-paused", metrics.trigger())
-        return Outcome(Action.SKIP.value, subject=subject, reason="not paused by an IO error")
-    errors = kubevirt_errors(events, vmi)
-    volumes = fetch_volumes(ctx, vmi, errors) if vmi is not None else ()
-    facts = Facts(volumes, errors, baseline_after_last_episode(events, involved, vmi), vmi=vmi, episode=episode)
-    verdict = decide(facts, ctx.settings, ctx.clock())
+        return Outcome(Action.SKIP.value, subject=seen.subject, reason=nothing)
     metrics.DECISIONS.inc(FUNCTION, verdict.action.value, named(verdict.category) if verdict.category else "",
                           metrics.trigger())
-    return act(verdict, facts, found, vmi, involved, _open(records), ctx, delivery)
+    return act(verdict, facts, found, seen.vmi, seen.involved, _open(seen.records), ctx, delivery)
+
+
+@dataclass(frozen=True)
+class Look:
+    """What one VMI's convergence reads first: its Events (the episode on record among them) before the VMI, so an
+    episode is never judged over by a view of the VMI older than the episode (shared/ledger.py, Races)."""
+
+    subject: str
+    events: list[dict]
+    vmi: dict | None
+    involved: dict
+    records: list[Record]
+
+
+def look(found: Target, ctx: KubeContext[Settings]) -> Look:
+    events = list(ctx.kube.list(EVENT, found.namespace, field_selector=f"involvedObject.name={found.name}"))
+    vmi = ctx.kube.get(VMI, found.namespace, found.name)
+    involved = involved_object(vmi, events, found)
+    return Look(VMI.path(found.namespace, found.name), events, vmi, involved, _records(events, involved))
+
+
+def judge(seen: Look, ctx: KubeContext[Settings]) -> tuple[Verdict | None, Facts | None, str]:
+    """The rest of the reads (the volumes, down to Longhorn) and the decision: (verdict, facts, ""), or (None,
+    None, why there is nothing to decide). `vmevents explain` asks this too (functions/io_pause_report/explain.py)."""
+    episode = read_episode(seen.events, seen.involved)
+    if seen.vmi is None and episode is None:
+        return None, None, "the VMI no longer exists"
+    if io_paused(seen.vmi) is None and episode is None:
+        return None, None, "not paused by an IO error"
+    errors = kubevirt_errors(seen.events, seen.vmi)
+    volumes = fetch_volumes(ctx, seen.vmi, errors) if seen.vmi is not None else ()
+    facts = Facts(volumes, errors, baseline_after_last_episode(seen.events, seen.involved, seen.vmi), vmi=seen.vmi,
+                  episode=episode)
+    return decide(facts, ctx.settings, ctx.clock()), facts, ""
 
 
 # -- parse: which VMI is this event about? (no API calls) ------------------------------------------

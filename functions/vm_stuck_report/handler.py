@@ -93,17 +93,10 @@ def rescan(ctx: KubeContext[Settings], delivery: str) -> Outcome:
 def converge(found: Target, ctx: KubeContext[Settings], delivery: str = "", *, tick: bool = False) -> Outcome:
     """Read fresh, decide, and only for a VM stuck past its threshold read what explains it; record."""
     looked = ctx.clock()  # before the reads: a finding resolved since is not reopened on them (Ledger.sighted)
-    vmim = ctx.kube.get(VMIM, found.namespace, found.migration) if found.migration else None
-    if found.migration and not found.name:  # a Reference-mode VMIM event: the VMIM names its VMI
-        if vmim is None or not o.text(vmim, "spec", "vmiName"):
-            return Outcome("gone", subject=_subject(found), reason="the migration no longer exists")
-        found = replace(found, name=o.string(vmim, "spec", "vmiName"))
-    vm = ctx.kube.get(VM, found.namespace, found.name)
-    vmi = ctx.kube.get(VMI, found.namespace, found.name) if vm is not None else None
-    if found.migration and vmim is None:
-        verdict = Verdict(Action.SETTLED, "the migration no longer exists")
-    else:
-        verdict = stuck(vm, vmi, vmim, ctx.settings, ctx.clock())
+    seen = look(found, ctx)
+    if seen is None:
+        return Outcome("gone", subject=_subject(found), reason="the migration no longer exists")
+    found, vm, vmi, vmim, verdict = seen
     subject = _subject(found)
     if verdict.action is Action.WAIT and not tick:  # an event as a VM begins to start: nothing more to read yet
         metrics.DECISIONS.inc(FUNCTION, verdict.action.value, "", metrics.trigger())
@@ -115,9 +108,37 @@ def converge(found: Target, ctx: KubeContext[Settings], delivery: str = "", *, t
         if notice is not None:
             return Outcome("replay", effect=notice.transition, subject=subject, reason="a redelivered event",
                            reply=notice.reply())
-    if verdict.action is Action.REPORT and verdict.stuck is not None and vm is not None:
-        verdict = diagnose(read_facts(ctx, verdict.stuck, vm, vmi, vmim, events))
+    if vm is not None:
+        verdict = diagnosed(verdict, ctx, vm, vmi, vmim, events)
     return act(verdict, found, vm, records, ctx, delivery, tick, looked)
+
+
+def look(found: Target, ctx: KubeContext[Settings]) -> tuple[Target, dict | None, dict | None, dict | None,
+                                                              Verdict] | None:
+    """The first reads and whether the VM is stuck: (target, VM, VMI, VMIM, verdict); None when a migration event's
+    VMIM is gone (it named the VMI). `vmevents explain` asks this too (functions/vm_stuck_report/explain.py)."""
+    vmim = ctx.kube.get(VMIM, found.namespace, found.migration) if found.migration else None
+    if found.migration and not found.name:  # a Reference-mode VMIM event: the VMIM names its VMI
+        if vmim is None or not o.text(vmim, "spec", "vmiName"):
+            return None
+        found = replace(found, name=o.string(vmim, "spec", "vmiName"))
+    vm = ctx.kube.get(VM, found.namespace, found.name)
+    vmi = ctx.kube.get(VMI, found.namespace, found.name) if vm is not None else None
+    if found.migration and vmim is None:
+        return found, vm, vmi, vmim, Verdict(Action.SETTLED, "the migration no longer exists")
+    return found, vm, vmi, vmim, stuck(vm, vmi, vmim, ctx.settings, ctx.clock())
+
+
+def diagnosed(verdict: Verdict, ctx: KubeContext[Settings], vm: dict, vmi: dict | None, vmim: dict | None,
+              events: list[dict] | None = None) -> Verdict:
+    """A VM stuck past its threshold: what explains it, read (reads.py) and decided (diagnose); else the verdict."""
+    if verdict.action is not Action.REPORT or verdict.stuck is None:
+        return verdict
+    if events is None:
+        meta = vm.get("metadata") or {}
+        events = list(ctx.kube.list(EVENT, meta.get("namespace") or "default",
+                                    field_selector=f"involvedObject.name={meta.get('name')}"))
+    return diagnose(read_facts(ctx, verdict.stuck, vm, vmi, vmim, events))
 
 
 # -- parse: which VM is this event about? (no API calls) ------------------------------------------

@@ -50,7 +50,7 @@ def on_event(event: Incoming, ctx: KubeContext[Settings]) -> Outcome:
     if found is None:
         return Outcome("irrelevant", subject=event.subject)
     with until(time.monotonic() + DELIVERY_BUDGET):
-        vmi = _read_vmi(ctx, found)
+        vmi = read_vmi(ctx, found)
         if vmi is None:
             return notices.gone(ctx, found.namespace, found.name, found.uid, event.id, event.subject,
                                 "the VMI no longer exists")
@@ -120,8 +120,8 @@ def converge(vmi: dict[str, Any], ctx: KubeContext[Settings], delivery: str | No
         if reported is not None:
             return reported
     for _ in range(MAX_ATTEMPTS):
-        vm = _read_vm(ctx, vmi)
-        verdict, version = _decide_with_facts(vmi, vm, ctx)
+        vm = read_vm(ctx, vmi)
+        verdict, version = decide_with_facts(vmi, vm, ctx)
         try:
             return _counted(verdict, _act(verdict, vmi, vm, ctx, version, delivery, in_doubt=in_doubt))
         except Conflict as conflict:
@@ -200,18 +200,18 @@ def _namespaces(ctx: KubeContext[Settings]) -> list[str]:
     return [name for name in names if ctx.settings.in_scope(name)]
 
 
-def _read_vmi(ctx: KubeContext[Settings], found: Target) -> dict[str, Any] | None:
+def read_vmi(ctx: KubeContext[Settings], found: Target) -> dict[str, Any] | None:
     if found.name:
         return ctx.kube.get(VMI, found.namespace, found.name)
     return next((vmi for vmi in ctx.kube.list(VMI, found.namespace) if kv.meta(vmi).get("uid") == found.uid), None)
 
 
-def _read_vm(ctx: KubeContext[Settings], vmi: dict[str, Any]) -> dict[str, Any] | None:
+def read_vm(ctx: KubeContext[Settings], vmi: dict[str, Any]) -> dict[str, Any] | None:
     owner = kv.controller_owner(vmi, "VirtualMachine")
     return ctx.kube.get(VM, kv.meta(vmi)["namespace"], owner["name"]) if owner else None
 
 
-def _decide_with_facts(vmi: dict[str, Any], vm: dict[str, Any] | None,
+def decide_with_facts(vmi: dict[str, Any], vm: dict[str, Any] | None,
                        ctx: KubeContext[Settings]) -> tuple[Verdict, Version | None]:
     """Decide; read the KubeVirt version and in-flight migrations only when an action is possible. With the
     verdict, the KubeVirt version it was decided on (None when not read)."""
