@@ -6,9 +6,12 @@ process-wide side effect no caller can see or undo).
 """
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
+from typing import Any, Protocol
 
 _DURATION = re.compile(r"^\s*(\d{1,15})\s*(ms|s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -69,6 +72,9 @@ class Env:
 
     def duration(self, name: str, default: str) -> timedelta:
         value = self.raw(name, default)
+        if value.isdecimal():  # 600: seconds or minutes? A setting says its unit.
+            written = f"{value}s" if len(value) <= 9 else "the number with s"
+            raise SettingsError(f"{name}={_clip(value)} has no unit; write {written} for seconds (or m, h, d).")
         try:
             return parse_duration(value)
         except DurationTooLong:
@@ -131,3 +137,46 @@ class Env:
         if value not in choices:
             raise SettingsError(f"{name}={value!r} is not one of {', '.join(choices)}; use a value like {default}.")
         return value
+
+
+class Declared(Protocol):
+    """A declared setting (shared.declaration.Setting): its name, and how it is read."""
+
+    @property
+    def name(self) -> str: ...
+
+    def read(self, environ: Mapping[str, str]) -> Any: ...
+
+
+# Read by functions-framework, gunicorn, Knative Serving or the client, never a function's setting.
+_NOT_SETTINGS = ("FUNCTION_", "K_", "KUBERNETES_")
+
+
+def checked(function: str, settings: Sequence[Declared], environ: Mapping[str, str],
+            warn: Callable[[str], Any] | None = None) -> None:
+    """Every declared setting read at once: all the wrong ones in one SettingsError (a pod that will not start says
+    everything to fix, not the first thing). A variable that is no setting but looks like one (a declared setting's
+    prefix, e.g. CLEANUP_AFTR) is ignored by the function: it is warned about (`warn`, default stderr), with the
+    setting it may have meant."""
+    errors = []
+    for setting in settings:
+        try:
+            setting.read(environ)
+        except SettingsError as exc:
+            errors.append(str(exc))
+    names = {setting.name for setting in settings}
+    prefixes = {name.split("_", 1)[0] + "_" for name in names if "_" in name}
+    for name in sorted(environ):
+        if name in names or name.startswith(_NOT_SETTINGS) or not name.startswith(tuple(prefixes)):
+            continue
+        meant = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.7)
+        hint = f" (did you mean {meant[0]}?)" if meant else ""
+        (warn or _stderr)(f"{function}: warning: {name} is not a setting of {function}{hint}; it is ignored")
+    if len(errors) == 1:
+        raise SettingsError(errors[0])
+    if errors:
+        raise SettingsError(f"{len(errors)} settings are wrong: " + " ".join(errors))
+
+
+def _stderr(line: str) -> None:
+    sys.stderr.write(line + "\n")

@@ -22,7 +22,7 @@ from functions.alert_forwarder.declaration import (
     WEBHOOK_FORMAT,
 )
 from shared.redact import origin
-from shared.settings import Env, SettingsError
+from shared.settings import Env, SettingsError, checked
 
 FUNCTION = DECLARATION.name
 DEFAULT_RUNBOOK_BASE = RUNBOOK_BASE_URL.default
@@ -204,4 +204,5 @@ def read_headers(path: str) -> dict[str, str]:
 
 def load(environ: Mapping[str, str]) -> Settings:
     """The settings from this environment; a bad value raises SettingsError naming the variable."""
+    checked(DECLARATION.name, DECLARATION.settings, environ)  # every wrong one at once; look-alikes warned
     return Settings.from_env(environ)

@@ -11,6 +11,7 @@ from functions.device_conflict.declaration import (
     DEVICE_ASSIGNMENTS,
     DEVICE_REPAIR_EVERY,
 )
+from shared.settings import checked
 
 FUNCTION = DECLARATION.name
 FINDING_RENEW_AFTER = DECLARATION.setting("FINDING_RENEW_AFTER")
@@ -45,4 +46,5 @@ class Settings:
 
 def load(environ: Mapping[str, str]) -> Settings:
     """The settings from this environment; a bad value raises SettingsError naming the variable."""
+    checked(DECLARATION.name, DECLARATION.settings, environ)  # every wrong one at once; look-alikes warned
     return Settings.from_env(environ)

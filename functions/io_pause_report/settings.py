@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from functions.io_pause_report.declaration import DECLARATION, IO_PAUSE_RESOLVED_AFTER, IO_PAUSE_STUCK_AFTER
 from shared import rescan as rescan_settings
+from shared.settings import checked
 
 FINDING_RENEW_AFTER = DECLARATION.setting("FINDING_RENEW_AFTER")
 LONGHORN_NAMESPACE = DECLARATION.setting("LONGHORN_NAMESPACE")
@@ -25,6 +26,7 @@ class Settings:
 
 def load(environ: Mapping[str, str]) -> Settings:
     """The settings from the environment; a bad value raises SettingsError naming the variable."""
+    checked(DECLARATION.name, DECLARATION.settings, environ)  # every wrong one at once; look-alikes warned
     namespace = LONGHORN_NAMESPACE.read(environ)
     return Settings(stuck_after=IO_PAUSE_STUCK_AFTER.read(environ),
                     resolved_after=IO_PAUSE_RESOLVED_AFTER.read(environ),

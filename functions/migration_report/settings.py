@@ -16,7 +16,7 @@ from functions.migration_report.declaration import (
     MIGRATION_WARN_RATIO,
 )
 from shared import rescan as rescan_settings
-from shared.settings import SettingsError, in_scope
+from shared.settings import SettingsError, checked, in_scope
 
 FINDING_RENEW_AFTER = DECLARATION.setting("FINDING_RENEW_AFTER")
 
@@ -48,6 +48,7 @@ class Settings:
 
 def load(environ: Mapping[str, str]) -> Settings:
     """The settings from the environment; a bad value raises SettingsError naming the variable."""
+    checked(DECLARATION.name, DECLARATION.settings, environ)  # every wrong one at once; look-alikes warned
     within = MIGRATION_REPORT_WITHIN.read(environ)
     if within <= timedelta(0):
         raise SettingsError("MIGRATION_REPORT_WITHIN='0s' would report nothing; use a value like 30m "

@@ -13,7 +13,7 @@ from functions.vm_stuck_report.declaration import (
     VM_STUCK_NAMESPACES,
 )
 from shared import rescan as rescan_settings
-from shared.settings import SettingsError, in_scope, parse_duration
+from shared.settings import SettingsError, checked, in_scope, parse_duration
 
 FINDING_RENEW_AFTER = DECLARATION.setting("FINDING_RENEW_AFTER")
 LONGHORN_NAMESPACE = DECLARATION.setting("LONGHORN_NAMESPACE")
@@ -82,6 +82,7 @@ def _by_state(text: str, base: timedelta) -> dict[str, timedelta]:
 
 def load(environ: Mapping[str, str]) -> Settings:
     """The settings from the environment; a bad value raises SettingsError naming the variable."""
+    checked(DECLARATION.name, DECLARATION.settings, environ)  # every wrong one at once; look-alikes warned
     base = VM_STUCK_AFTER.read(environ)
     if base <= timedelta(0):
         raise SettingsError("VM_STUCK_AFTER=0s would report every VM as it begins to start or stop; use a value "

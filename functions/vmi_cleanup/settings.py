@@ -16,7 +16,7 @@ from functions.vmi_cleanup.declaration import (
 )
 from shared import kubevirt as kv
 from shared import rescan as rescan_settings
-from shared.settings import in_scope
+from shared.settings import checked, in_scope
 
 FUNCTION = DECLARATION.name
 
@@ -51,6 +51,7 @@ class Settings:
 
 def load(environ: Mapping[str, str]) -> Settings:
     """The settings from an environment mapping; a bad value raises SettingsError naming the variable."""
+    checked(DECLARATION.name, DECLARATION.settings, environ)  # every wrong one at once; look-alikes warned
     return Settings(cleanup_after=CLEANUP_AFTER.read(environ),
                     cleanup_failed=CLEANUP_FAILED.read(environ),
                     dry_run=CLEANUP_DRY_RUN.read(environ),
