@@ -78,7 +78,8 @@ def test_an_unreachable_cluster_is_one_line_and_nothing_starts(unreachable_kubec
     done = subprocess.run([sys.executable, "-m", "localknative"], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 1 and done.stdout == ""
-    assert done.stderr.count("\n") == 1 and done.stderr.startswith("make watch: cannot reach the cluster of KUBECONFIG=")
+    assert done.stderr.count("\n") == 1
+    assert done.stderr.startswith("make watch: cannot reach the cluster of KUBECONFIG=")
     assert "nothing was started" in done.stderr and "urllib3" not in done.stderr and "Traceback" not in done.stderr
 
 
