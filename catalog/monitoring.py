@@ -40,7 +40,8 @@ class Rule:
 
     @property
     def expr(self) -> str:
-        return f"{self.query} {self.op} {self.threshold}"
+        query = f"({self.query})" if " or " in self.query else self.query  # `or` binds last in PromQL
+        return f"{query} {self.op} {self.threshold}"
 
 
 def finding_rules(functions: tuple[Function, ...]) -> list[Rule]:
@@ -82,7 +83,10 @@ SELF_RULES = (
          "alert-forwarder cannot deliver to {{ $labels.receiver }} ({{ $labels.result }})",
          "{{ $value | humanize }} post(s) to {{ $labels.receiver }} were {{ $labels.result }} in 15 minutes: "
          "findings may not reach the people who act on them.", "vmeventsdeliveriesfailing", "5m"),
-    Rule("VmeventsDeadLetters", "sum by (destination, code) (increase(vmevents_dead_letters_total[15m]))", ">", "0",
+    # A counter born within the window (the dead-letter pod started then) counts whole: increase() takes a series'
+    # first sample as its start, and one dead letter is one sample.
+    Rule("VmeventsDeadLetters", "sum by (destination, code) (increase(vmevents_dead_letters_total[15m])) or sum by "
+         "(destination, code) (vmevents_dead_letters_total unless vmevents_dead_letters_total offset 15m)", ">", "0",
          "warning", "events for {{ $labels.destination }} were dead-lettered",
          "The broker gave up on {{ $value | humanize }} event(s) for {{ $labels.destination }} (last status "
          "{{ $labels.code }}) in 15 minutes; the dead-letter sink's log has each one. The next re-scan catches "
