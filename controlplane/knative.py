@@ -129,6 +129,47 @@ def release_documents() -> list[dict]:
     return documents
 
 
+# The files of Knative Eventing's release, each from the folders of the vendored config it is made of (knative/eventing
+# hack/release.sh: eventing-crds.yaml is config/core's CRDs, eventing-core.yaml the rest of config/core with the
+# integrations' image ConfigMaps, then one file per channel and broker).
+RELEASE_FILES = {"eventing-core.yaml": (EVENTING_CONFIG / "core", EVENTING_CONFIG.parent / "third_party" /
+                                        "eventing-integrations-latest"),
+                 "in-memory-channel.yaml": (EVENTING_CONFIG / "channels" / "in-memory-channel",),
+                 "mt-channel-broker.yaml": (EVENTING_CONFIG / "brokers" / "mt-channel-broker",)}
+
+
+def write_release(folder: Path) -> Path:
+    """Knative Eventing 1.21.2's release files, written into `folder` from the vendored config (what `ko resolve`
+    makes of it, but for the images: they stay `ko://…`, which the kubelet stand-in runs from the binaries
+    build.py makes of the same Go modules; and job-sink's Deployment is left out: `_unbuilt`). `vmevents knative
+    install --from <folder>` applies them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    crds: list[dict] = []
+    for name, parts in RELEASE_FILES.items():
+        documents = []
+        for part in parts:
+            for path in sorted(part.rglob("*.yaml")):
+                if path.name not in SKIPPED:
+                    documents += [d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind")]
+        crds += [d for d in documents if d["kind"] == "CustomResourceDefinition" and name == "eventing-core.yaml"]
+        kept = [d for d in documents if not (d["kind"] == "CustomResourceDefinition" and name == "eventing-core.yaml")
+                and not _unbuilt(d)]
+        (folder / name).write_text(yaml.safe_dump_all(kept, sort_keys=False))
+    (folder / "eventing-crds.yaml").write_text(yaml.safe_dump_all(crds, sort_keys=False))
+    return folder
+
+
+def _unbuilt(document: dict) -> bool:
+    """A Deployment whose command build.py does not build (job-sink: JobSink, which nothing here uses): left out of
+    the release files written here, which the kubelet stand-in could never run."""
+    if document["kind"] != "Deployment":
+        return False
+    containers = ((document.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or [{}]
+    image = str(containers[0].get("image") or "")
+    commands = {f"ko://knative.dev/eventing/cmd/{c}" for c in build.KNATIVE_COMMANDS}
+    return image.startswith("ko://knative.dev/eventing/") and image not in commands
+
+
 def _loopback_address() -> str:
     """A loopback address of its own for one webhook (port 443 on it is then free)."""
     return f"127.{random.randint(1, 254)}.{random.randint(1, 254)}.{random.randint(2, 254)}"

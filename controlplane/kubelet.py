@@ -149,6 +149,9 @@ class Kubelet:
         self._sync_endpoints()
         for key, deployment in wanted.items():
             self._write_status(key, deployment)
+        for deployment in deployments:  # scaled to 0 (pingsource-mt-adapter until a PingSource exists): no pod
+            if deployment["spec"].get("replicas", 1) == 0 and _container(deployment).get("image", "") in self.images:
+                self._write_scaled_to_zero(deployment)
 
     def _run(self, key: str, deployment: dict) -> None:
         template = json.dumps(deployment["spec"]["template"], sort_keys=True)
@@ -327,6 +330,20 @@ class Kubelet:
                       {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable",
                        "lastUpdateTime": now, "lastTransitionTime": now}]}
         self.api.patch(f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}/status", {"status": status})
+        self._available[key] = generation
+
+    def _write_scaled_to_zero(self, deployment: dict) -> None:
+        """What kube-controller-manager's deployment controller writes for a Deployment of 0 replicas: Available, its
+        minimum of 0 met (pkg/controller/deployment/sync.go syncDeploymentStatus; util.DeploymentComplete)."""
+        key, generation = _key(deployment), deployment["metadata"].get("generation", 1)
+        if self._available.get(key) == generation:
+            return
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        namespace, name = key.split("/")
+        self.api.patch(f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}/status", {"status": {
+            "observedGeneration": generation, "replicas": 0, "conditions": [
+                {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
+                 "lastUpdateTime": now, "lastTransitionTime": now}]}})
         self._available[key] = generation
 
     def rss_mib(self) -> dict[str, float]:
