@@ -77,13 +77,24 @@ def up(event_ttl: str, kubevirt_version: str, knative: bool = True, node: str = 
     _state_file().write_text(json.dumps(state, indent=2))
     plane.processes.clear()  # they keep running after this process exits: `down` stops them
     if knative:
-        state["pids"]["knative"] = _start_knative(workdir)
+        try:
+            state["pids"]["knative"] = _start_knative(workdir)
+        except BaseException:
+            _stop(state)  # nothing left running that a failed `up` started (its logs stay in the folder)
+            _state_file().unlink(missing_ok=True)
+            raise
         _state_file().write_text(json.dumps(state, indent=2))
     print(f"control plane ready in {time.monotonic() - started:.1f}s (kube-apiserver {build.KUBE.version}, "
           f"etcd {build.ETCD.version}, KubeVirt {kubevirt_version}: virt-controller and the node stand-in, "
           f"deploy/ applied, --event-ttl={event_ttl}"
           f"{', Knative ' + build.KNATIVE.version + ' (eventing, broker, channel, webhooks)' if knative else ''})",
           file=sys.stderr)
+    if knative:
+        print(f"Knative's broker vmevents/default delivers to the functions of deploy/, each run here as its Knative "
+              f"Service (`kubectl -n vmevents get broker,trigger,ksvc`: Ready). To see them answer through it: start "
+              f"and power off a guest (`python -m controlplane start NAMESPACE/VM`, `python -m controlplane guest "
+              f"poweroff NAMESPACE/VM`), then `kubectl get events -A` and their logs in {workdir / 'functions'}/. "
+              f"The stories, on a plane of their own: `make run BACKEND=real`.", file=sys.stderr)
     print(f"KUBECONFIG={plane.admin_kubeconfig}")
     return 0
 
@@ -152,6 +163,9 @@ def _start_knative(workdir: Path, timeout: float = 300.0) -> int:
     deadline = time.monotonic() + timeout
     while not (workdir / "knative.ready").exists():
         if process.poll() is not None or time.monotonic() > deadline:
+            if process.poll() is None:  # still starting past the deadline: stopped with its pods
+                os.killpg(process.pid, signal.SIGTERM)
+                process.wait(timeout=60)
             raise RuntimeError(f"Knative did not start; see {workdir / 'knative.log'}")
         time.sleep(0.5)
     return process.pid

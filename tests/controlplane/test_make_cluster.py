@@ -114,3 +114,42 @@ def test_a_powered_off_guest_is_cleaned_up_and_its_vm_stays_stopped(cluster):
     cleaned = [line for line in output.splitlines() if "vmi-cleanup" in line and ("acted on 1" in line
                                                                                 or "deleted" in line)]
     assert "ACTING" in output and cleaned, output[-3000:]
+
+
+@pytest.fixture
+def cluster_with_knative(tmp_path):
+    build.ensure_all()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "bin").symlink_to(build.cache_root())
+    env = {**os.environ, "VMEVENTS_CACHE": str(cache), "KUBEVIRT_VERSION": "1.3.1"}
+    env.pop("KUBECONFIG", None)
+    try:
+        done = subprocess.run([sys.executable, "-m", "controlplane", "up"], cwd=REPO, env=env, capture_output=True,
+                              text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+        kubeconfig = [line.split("=", 1)[1] for line in done.stdout.splitlines() if line.startswith("KUBECONFIG=")][0]
+        yield env, kubeconfig, done.stderr
+    finally:
+        run(env, "down", timeout=120)  # also after an `up` that failed part-way: what it started is stopped
+
+
+@pytest.mark.timeout(1500)
+def test_a_person_applying_the_default_overlay_gets_a_ready_broker(cluster_with_knative):
+    """`make cluster`, then `kubectl apply -k deploy/overlays/default`, as README's Install says: the Broker is Ready
+    (its channel template defaulted by Knative's webhook), and `up` said how to see the functions answer."""
+    from tests.deploy.kustomize import kubectl
+
+    env, kubeconfig, said = cluster_with_knative
+    assert "Knative's broker vmevents/default delivers to the functions" in said and "guest poweroff" in said
+    subprocess.run([kubectl(), "--kubeconfig", kubeconfig, "apply", "-k", str(REPO / "deploy" / "overlays" /
+                                                                              "default")],
+                   check=True, capture_output=True, text=True, timeout=300)
+    api = client.CustomObjectsApi(config.new_client_from_config(config_file=kubeconfig))
+
+    def ready():
+        broker = api.get_namespaced_custom_object("eventing.knative.dev", "v1", "vmevents", "brokers", "default")
+        conditions = {c["type"]: c for c in (broker.get("status") or {}).get("conditions") or []}
+        return conditions.get("Ready", {}).get("status") == "True" and broker
+    broker = wait_for("the Broker Ready", ready, timeout=420)
+    assert broker["spec"]["config"]["name"] == "config-br-default-channel"
