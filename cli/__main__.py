@@ -84,7 +84,7 @@ def run_knative(args: argparse.Namespace) -> int:
 
 def run_check(args: argparse.Namespace) -> int:
     from cli import explain, registry
-    from shared.settings import SettingsError
+    from shared.settings import SettingsError, lookalikes
 
     if args.function:
         given = dict(item.partition("=")[::2] for item in args.settings)
@@ -111,6 +111,8 @@ def run_check(args: argparse.Namespace) -> int:
             wrong += 1
         else:
             print(f"{function}: every setting is right")
+        for line in lookalikes(function, env):
+            print(line)
     return 1 if wrong else 0
 
 

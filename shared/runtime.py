@@ -29,7 +29,7 @@ from shared import intake, metrics, wsgi
 from shared.errors import BadEvent, VmeventsError, http_answer
 from shared.redact import scrub_urls
 from shared.replies import Reply
-from shared.settings import SettingsError
+from shared.settings import SettingsError, lookalikes
 
 if TYPE_CHECKING:  # the kubernetes client (~0.4 s, ~36 MiB) is imported only by functions that use it
     from shared.kube import Kube
@@ -298,7 +298,10 @@ def start(name: str, on_event: Handler, load_settings: Callable[[Mapping[str, st
     import os
 
     try:
-        settings = load_settings(os.environ if environ is None else environ)
+        given = os.environ if environ is None else environ
+        settings = load_settings(given)
+        for line in lookalikes(name, given):  # a misspelt setting is ignored: said once, at start
+            sys.stderr.write(line + "\n")
         kube = None
         if needs_kube:
             from shared.kubeconfig import connect

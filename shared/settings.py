@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import difflib
 import re
-import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -152,31 +151,38 @@ class Declared(Protocol):
 _NOT_SETTINGS = ("FUNCTION_", "K_", "KUBERNETES_")
 
 
-def checked(function: str, settings: Sequence[Declared], environ: Mapping[str, str],
-            warn: Callable[[str], Any] | None = None) -> None:
+# The settings each function declared, by function, as its load() checked them: what a look-alike is checked against.
+DECLARED: dict[str, frozenset[str]] = {}
+
+
+def checked(function: str, settings: Sequence[Declared], environ: Mapping[str, str]) -> None:
     """Every declared setting read at once: all the wrong ones in one SettingsError (a pod that will not start says
-    everything to fix, not the first thing). A variable that is no setting but looks like one (a declared setting's
-    prefix, e.g. CLEANUP_AFTR) is ignored by the function: it is warned about (`warn`, default stderr), with the
-    setting it may have meant."""
+    everything to fix, not the first thing). It reads only the declared names (never the whole environment), and
+    remembers them for `lookalikes`."""
     errors = []
     for setting in settings:
         try:
             setting.read(environ)
         except SettingsError as exc:
             errors.append(str(exc))
-    names = {setting.name for setting in settings}
-    prefixes = {name.split("_", 1)[0] + "_" for name in names if "_" in name}
-    for name in sorted(environ):
-        if name in names or name.startswith(_NOT_SETTINGS) or not name.startswith(tuple(prefixes)):
-            continue
-        meant = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.7)
-        hint = f" (did you mean {meant[0]}?)" if meant else ""
-        (warn or _stderr)(f"{function}: warning: {name} is not a setting of {function}{hint}; it is ignored")
+    DECLARED[function] = frozenset(setting.name for setting in settings)
     if len(errors) == 1:
         raise SettingsError(errors[0])
     if errors:
         raise SettingsError(f"{len(errors)} settings are wrong: " + " ".join(errors))
 
 
-def _stderr(line: str) -> None:
-    sys.stderr.write(line + "\n")
+def lookalikes(function: str, environ: Mapping[str, str]) -> list[str]:
+    """A variable that is no setting of the function but looks like one (a declared setting's prefix, e.g.
+    CLEANUP_AFTR) is ignored by it: one warning each, with the setting it may have meant. shared.runtime.start
+    writes them at start-up, `vmevents check` prints them."""
+    names = DECLARED.get(function, frozenset())
+    prefixes = tuple({name.split("_", 1)[0] + "_" for name in names if "_" in name})
+    found = []
+    for name in sorted(environ):
+        if name in names or name.startswith(_NOT_SETTINGS) or not prefixes or not name.startswith(prefixes):
+            continue
+        meant = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.7)
+        hint = f" (did you mean {meant[0]}?)" if meant else ""
+        found.append(f"{function}: warning: {name} is not a setting of {function}{hint}; it is ignored")
+    return found

@@ -46,5 +46,5 @@ class Settings:
 
 def load(environ: Mapping[str, str]) -> Settings:
     """The settings from this environment; a bad value raises SettingsError naming the variable."""
-    checked(DECLARATION.name, DECLARATION.settings, environ)  # every wrong one at once; look-alikes warned
+    checked(DECLARATION.name, DECLARATION.settings, environ)  # every wrong one at once
     return Settings.from_env(environ)

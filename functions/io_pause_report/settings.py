@@ -26,7 +26,7 @@ class Settings:
 
 def load(environ: Mapping[str, str]) -> Settings:
     """The settings from the environment; a bad value raises SettingsError naming the variable."""
-    checked(DECLARATION.name, DECLARATION.settings, environ)  # every wrong one at once; look-alikes warned
+    checked(DECLARATION.name, DECLARATION.settings, environ)  # every wrong one at once
     namespace = LONGHORN_NAMESPACE.read(environ)
     return Settings(stuck_after=IO_PAUSE_STUCK_AFTER.read(environ),
                     resolved_after=IO_PAUSE_RESOLVED_AFTER.read(environ),

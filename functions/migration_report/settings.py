@@ -48,7 +48,7 @@ class Settings:
 
 def load(environ: Mapping[str, str]) -> Settings:
     """The settings from the environment; a bad value raises SettingsError naming the variable."""
-    checked(DECLARATION.name, DECLARATION.settings, environ)  # every wrong one at once; look-alikes warned
+    checked(DECLARATION.name, DECLARATION.settings, environ)  # every wrong one at once
     within = MIGRATION_REPORT_WITHIN.read(environ)
     if within <= timedelta(0):
         raise SettingsError("MIGRATION_REPORT_WITHIN='0s' would report nothing; use a value like 30m "

@@ -82,7 +82,7 @@ def _by_state(text: str, base: timedelta) -> dict[str, timedelta]:
 
 def load(environ: Mapping[str, str]) -> Settings:
     """The settings from the environment; a bad value raises SettingsError naming the variable."""
-    checked(DECLARATION.name, DECLARATION.settings, environ)  # every wrong one at once; look-alikes warned
+    checked(DECLARATION.name, DECLARATION.settings, environ)  # every wrong one at once
     base = VM_STUCK_AFTER.read(environ)
     if base <= timedelta(0):
         raise SettingsError("VM_STUCK_AFTER=0s would report every VM as it begins to start or stop; use a value "

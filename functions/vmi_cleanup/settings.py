@@ -51,7 +51,7 @@ class Settings:
 
 def load(environ: Mapping[str, str]) -> Settings:
     """The settings from an environment mapping; a bad value raises SettingsError naming the variable."""
-    checked(DECLARATION.name, DECLARATION.settings, environ)  # every wrong one at once; look-alikes warned
+    checked(DECLARATION.name, DECLARATION.settings, environ)  # every wrong one at once
     return Settings(cleanup_after=CLEANUP_AFTER.read(environ),
                     cleanup_failed=CLEANUP_FAILED.read(environ),
                     dry_run=CLEANUP_DRY_RUN.read(environ),

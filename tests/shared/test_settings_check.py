@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from catalog import declarations
-from shared.settings import Env, SettingsError
+from shared.settings import Env, SettingsError, lookalikes
 from tests.conftest import REPO
 
 LOADERS = [f for f in declarations() if f.settings]
@@ -29,22 +29,22 @@ def test_every_wrong_setting_is_named_in_one_error():
     assert "CLEANUP_AFTER='soon'" in said and "CLEANUP_DRY_RUN='maybe'" in said and "RESCAN_WORKERS" in said
 
 
-def test_a_look_alike_of_a_setting_is_warned_about_with_the_one_meant(capsys):
-    settings = load("vmi-cleanup", {"CLEANUP_AFTR": "1h", "CLEANUP_DRY_RUN": "true", "K_SERVICE": "vmi-cleanup"})
-    assert settings.dry_run is True
-    err = capsys.readouterr().err
-    assert err == ("vmi-cleanup: warning: CLEANUP_AFTR is not a setting of vmi-cleanup (did you mean "
-                   "CLEANUP_AFTER?); it is ignored\n")
+def test_a_look_alike_of_a_setting_is_warned_about_with_the_one_meant():
+    environ = {"CLEANUP_AFTR": "1h", "CLEANUP_DRY_RUN": "true", "K_SERVICE": "vmi-cleanup", "PATH": "/bin"}
+    assert load("vmi-cleanup", environ).dry_run is True  # ignored by the function, as before
+    assert lookalikes("vmi-cleanup", environ) == [
+        "vmi-cleanup: warning: CLEANUP_AFTR is not a setting of vmi-cleanup (did you mean CLEANUP_AFTER?); it is "
+        "ignored"]
 
 
 @pytest.mark.parametrize("function", LOADERS, ids=[f.name for f in LOADERS])
-def test_every_function_checks_its_declared_settings(function, capsys):
-    load(function.name, {s.name: s.default for s in function.settings})  # the defaults are fine
-    assert capsys.readouterr().err == ""
+def test_every_function_checks_its_declared_settings(function):
+    defaults = {s.name: s.default for s in function.settings}
+    load(function.name, defaults)  # the defaults are fine
+    assert lookalikes(function.name, defaults) == []
     first = function.settings[0]
     typo = first.name[:-1] + "X" + first.name[-1:]
-    load(function.name, {typo: "1"})
-    assert f"{typo} is not a setting of {function.name}" in capsys.readouterr().err
+    assert f"{typo} is not a setting of {function.name}" in " ".join(lookalikes(function.name, {typo: "1"}))
 
 
 def test_a_bare_number_is_refused_naming_its_unit():
@@ -62,3 +62,15 @@ def test_a_function_that_cannot_start_names_every_wrong_setting(tmp_path):
     assert done.returncode != 0
     assert ("vmi-cleanup: cannot start: 2 settings are wrong: CLEANUP_AFTER='600' has no unit" in done.stderr
             and "CLEANUP_FAILED='perhaps'" in done.stderr), done.stderr
+
+
+def test_a_function_that_starts_warns_about_a_look_alike_once(tmp_path):
+    from tests.conftest import write_kubeconfig
+
+    code = ("from functions_framework import create_app\n"
+            "create_app(target='handle', source='functions/vmi_cleanup/main.py')\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO),
+           "KUBECONFIG": str(write_kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:9")), "CLEANUP_AFTR": "1h"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("CLEANUP_AFTR is not a setting of vmi-cleanup (did you mean CLEANUP_AFTER?)") == 1
