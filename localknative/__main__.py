@@ -60,9 +60,9 @@ def watch_real_cluster(kubeconfig: str, act: bool) -> int:
     from kubernetes import config
 
     mode = "ACTING (VMEVENTS_ACT=true)" if act else "dry run (set VMEVENTS_ACT=true to act)"
-    print(f"=== watching the cluster of {kubeconfig} ({host}) with its credentials: the functions, broker and sources "
-          f"of deploy/ run here, read that cluster and record Kubernetes Events in it; vmi-cleanup {mode}. "
-          f"Ctrl-C to stop ===", flush=True)
+    print(f"make watch: the functions, broker and sources of deploy/ start here against the cluster of {kubeconfig} "
+          f"({host}), with its credentials: they read that cluster and record Kubernetes Events in it; vmi-cleanup "
+          f"{'deletes what it would clean up' if act else 'decides and reports, and deletes nothing'}.", flush=True)
     timeline = Timeline()
     started = time.monotonic()
     knative = LocalKnative(load_manifests(DEPLOY_DIR), kubeconfig_for=lambda sa: kubeconfig,
@@ -70,6 +70,7 @@ def watch_real_cluster(kubeconfig: str, act: bool) -> int:
                            api_server_url=host, ping_interval=60.0,
                            env_overrides={"vmi-cleanup": cleanup_env(act)},
                            on_delivery=timeline.on_delivery, on_log=timeline.on_log).start()
+    print(f"=== watching the cluster of {kubeconfig} ({host}), {mode}; Ctrl-C to stop ===", flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
