@@ -39,9 +39,7 @@ class ReadOnlyKube(Kube):
 
 
 def read_only(kube: Kube) -> ReadOnlyKube:
-    found = ReadOnlyKube(kube._api, connect=kube._connect, page_size=kube.page_size)
-    found.function = "explain"
-    return found
+    return ReadOnlyKube(kube._api, connect=kube._connect, page_size=kube.page_size)
 
 
 @dataclass

@@ -10,12 +10,10 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared import metrics
 from shared.deadline import request_timeout
 from shared.errors import PermanentError, TemporaryError, parse_retry_after, refused_request
 from shared.kinds import (  # noqa: F401 - the resource types (shared/kinds.py), imported from here by the functions
@@ -33,7 +31,6 @@ from shared.kinds import (  # noqa: F401 - the resource types (shared/kinds.py),
     VMI,
     VMIM,
     Kind,
-    api_verb,
 )
 from shared.kubeclient import ApiException
 from shared.kubeclient import client as k8s
@@ -167,7 +164,6 @@ class Kube:
         self._calls = itertools.count()
         self.calls = 0
         self.bytes_received = 0  # response bodies, as received (the benchmark reports them)
-        self.function = ""  # whose requests these are: the label of the API metrics (shared.runtime.start sets it)
         self._count = threading.Lock()  # re-scans read in parallel (shared/rescan.py)
 
     @property
@@ -198,19 +194,15 @@ class Kube:
                                           query_params=[(k, v) for k, v in (query or {}).items() if v is not None],
                                           header_params=headers, body=body, auth_settings=["BearerToken"])
         what = f"{method} {path}"
-        began, code = time.monotonic(), "error"  # "error": no answer
         try:
             response = api.call_api(*params, _request_timeout=timeout)
             data: bytes = response.read()
-            code = str(response.status)
             with self._count:
                 self.bytes_received += len(data)
         except ApiException as exc:  # raised by the client for transport-level trouble
             raise Unavailable(f"{what}: {exc.reason or exc}") from None
         except (_transport_error(), OSError) as exc:
             raise Unavailable(f"{what}: Kubernetes API unreachable ({exc.__class__.__name__})") from None
-        finally:
-            metrics.api_request(self.function, *api_verb(method, path, query), code, time.monotonic() - began)
         if response.status >= 300:
             message = _status_message(data, f"HTTP {response.status}")
             retry_after = parse_retry_after(response.getheader("Retry-After"))

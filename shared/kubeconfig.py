@@ -13,6 +13,7 @@ from typing import Any
 from shared.kube import Kube, Unavailable
 from shared.kubeclient import client as k8s
 from shared.kubeclient import incluster_loader, kubeconfig_loader
+from shared.metrics import measured
 from shared.redact import scrub_urls
 
 # Where the kubelet mounts the service account's token and CA: kubernetes.config.incluster_config's
@@ -58,7 +59,7 @@ def connect() -> Kube:
         where = f"KUBECONFIG={path}" if path else f"{os.path.expanduser(k8s_config.KUBE_CONFIG_DEFAULT_LOCATION)}"
         raise RuntimeError(f"no Kubernetes configuration: not in a cluster and {where} cannot be used "
                            f"({_one_line(exc)}); set KUBECONFIG to a kubeconfig file.") from None
-    return Kube(connect=lambda: k8s.ApiClient(configuration))
+    return Kube(connect=lambda: measured(k8s.ApiClient(configuration)))
 
 
 def _in_cluster_problem() -> str | None:
@@ -84,7 +85,7 @@ def _in_cluster_client() -> Any:
                                                  cert_filename=SERVICE_CA).load_and_set(configuration)
     except Exception as exc:  # noqa: BLE001 - checked at start-up; gone since: the broker redelivers
         raise Unavailable(f"in-cluster Kubernetes configuration cannot be used: {_one_line(exc)}") from None
-    return k8s.ApiClient(configuration)
+    return measured(k8s.ApiClient(configuration))
 
 
 def _one_line(error: Exception) -> str:

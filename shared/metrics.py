@@ -12,8 +12,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlsplit
 
 from shared.exposition import CONTENT_TYPE, Collected, Counter, Histogram, Labels, Registry, process_metrics
+from shared.kinds import api_verb
 
 __all__ = ["CONTENT_TYPE", "REGISTRY"]
 
@@ -156,6 +158,26 @@ def transition(function: str, opened: bool, finding: Seen) -> None:
 def api_request(function: str, verb: str, resource: str, code: str, seconds: float) -> None:
     API_REQUESTS.inc(function, verb, resource, code)
     API_SECONDS.observe(function, verb, value=seconds)
+
+
+def measured(client: Any) -> Any:
+    """The kubernetes ApiClient (shared.kubeconfig.connect makes it) with every request counted: by the function
+    whose request it is (the one being served, else the process'), its verb, resource and HTTP status ("error": no
+    answer), and timed (vmevents_api_requests_total, vmevents_api_request_duration_seconds)."""
+    call = client.call_api
+
+    def call_api(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        began, code = time.monotonic(), "error"
+        try:
+            response = call(method, url, *args, **kwargs)
+            code = str(response.status)
+            return response
+        finally:
+            parts = urlsplit(url)
+            api_request(FUNCTION.get() or PROCESS["function"], *api_verb(method, parts.path, dict(parse_qsl(
+                parts.query))), code, time.monotonic() - began)
+    client.call_api = call_api
+    return client
 
 
 R = TypeVar("R")

@@ -312,8 +312,6 @@ def start(name: str, on_event: Handler, load_settings: Callable[[Mapping[str, st
         raise SystemExit(2) from None
     metrics.PROCESS["function"] = name
     metrics.RESCAN_STOPS.zero(name)  # a series that exists from the start: increase() then counts its first stop
-    if kube is not None:
-        kube.function = name  # the label of its API requests' metrics
     app = FunctionApp(name, on_event, settings, kube, prefilter=prefilter)
     if prefilter is not None and flask.has_app_context():
         # Started by functions-framework's create_app, which runs the function's module in its app's context:

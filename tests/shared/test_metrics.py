@@ -125,11 +125,13 @@ def cluster():
 
 
 def test_api_requests_are_counted_by_verb_resource_and_code(cluster):
-    kube = Kube(cluster.api_client())
-    kube.function = "metrics-api"
-    list(kube.list_rows(VMI, "default", cached=True, metadata=False))
-
-    assert kube.get(VM_KIND, "default", "nothing-here") is None
+    kube = Kube(metrics.measured(cluster.api_client()))
+    token = metrics.FUNCTION.set("metrics-api")  # the function being served (shared.runtime sets it per request)
+    try:
+        list(kube.list_rows(VMI, "default", cached=True, metadata=False))
+        assert kube.get(VM_KIND, "default", "nothing-here") is None
+    finally:
+        metrics.FUNCTION.reset(token)
     assert metrics.API_REQUESTS.value("metrics-api", "list", "virtualmachineinstances", "200") == 1
     assert metrics.API_REQUESTS.value("metrics-api", "get", "virtualmachines", "404") == 1
     text = samples(metrics.REGISTRY.exposition())
@@ -141,8 +143,8 @@ def test_an_unreachable_api_is_counted_as_an_error(unreachable_kubeconfig, monke
     from shared.kubeconfig import connect
 
     monkeypatch.setenv("KUBECONFIG", str(unreachable_kubeconfig))
-    kube = connect()
-    kube.function = "metrics-down"
+    monkeypatch.setitem(metrics.PROCESS, "function", "metrics-down")  # no request being served: the process'
+    kube = connect()  # its client is measured
     with pytest.raises(Unavailable):
         kube.get(VM_KIND, "default", "vm1")
     assert metrics.API_REQUESTS.value("metrics-down", "get", "virtualmachines", "error") == 1
