@@ -1,8 +1,9 @@
 """migration-report's pure part: whether a migration is worth a report, and when a report ends.
 
 Every fact is an argument (Facts, Settings, now): no API call, no clock, no environment. What KubeVirt did in the
-migration (its numbers, the failure's category) is analysis.py's, its arithmetic arithmetic.py's; the words people
-read — the Event's sentence, the details, the advice — are wording.py's.
+migration (its numbers, the failure's category) is analysis.py's, its arithmetic shared/migrations.py's (which
+evacuation-report uses too); the words people read — the Event's sentence, the details, the advice — are
+wording.py's.
 """
 from __future__ import annotations
 

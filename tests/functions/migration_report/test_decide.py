@@ -8,7 +8,10 @@ from datetime import timedelta
 import pytest
 import yaml
 
-from functions.migration_report.arithmetic import (
+from functions.migration_report.decide import Action, Facts, Verdict, decide
+from functions.migration_report.settings import Settings
+from functions.migration_report.wording import reply_data
+from shared.migrations import (
     data_size,
     defaults,
     effective_configuration,
@@ -17,9 +20,6 @@ from functions.migration_report.arithmetic import (
     read_failure_reason,
     scaled_giga,
 )
-from functions.migration_report.decide import Action, Facts, Verdict, decide
-from functions.migration_report.settings import Settings
-from functions.migration_report.wording import reply_data
 from simcluster.builders.migration import (
     ABORTED_19,
     NOT_COMPLETED,
