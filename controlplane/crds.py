@@ -71,10 +71,11 @@ def kubevirt_crds(kubevirt_version: str) -> list[dict]:
 
 
 def manifest_crds() -> list[dict]:
-    """Longhorn, harvester/pcidevices, Multus' NetworkAttachmentDefinition and Knative CRDs, from their vendored
-    manifests."""
+    """Longhorn, harvester/pcidevices, Harvester's Setting and Upgrade, Multus' NetworkAttachmentDefinition and
+    Knative CRDs, from their vendored manifests."""
     root = paths.UPSTREAM_DIR
     files = [root / "longhorn" / "v1.10.0" / "crds.yaml", root / "harvester-pcidevices" / "crds.yaml",
+             root / "harvester" / "v1.7.0" / "settings.crd.yaml", root / "harvester" / "v1.7.0" / "upgrades.crd.yaml",
              root / "multus" / "networks-crd.yaml",
              *sorted((root / "knative-eventing" / "knative-v1.22.2").glob("*.crd.yaml")),
              *sorted((root / "knative-serving" / "knative-v1.22.1").glob("*.crd.yaml"))]

@@ -8,6 +8,7 @@ Usage (from the repository root):
     python upstream/extract.py longhorn v1.10.0
     python upstream/extract.py pcidevices bdd80256a8548a4271f6ec4928e2203441a54bc0
     python upstream/extract.py harvester 5ffb931351309a4d7952dfc65cfaecf3372642b1
+    python upstream/extract.py harvester-release v1.7.0
 
 Each file is read either from a local clone (``--git-dir DIR``: ``git --git-dir DIR show REF:PATH``) or, by default,
 from ``https://raw.githubusercontent.com/<owner>/<repo>/<ref>/<path>``. ``--check`` compares instead of writing and
@@ -72,6 +73,12 @@ PROJECTS = {
     # The Addon CRD (deploy/harvester/addon.yaml is applied against it); not versioned either.
     "harvester": Project("harvester/harvester", lambda ref: "harvester", {
         "addons.crd.yaml": "deploy/charts/harvester-crd/templates/harvesterhci.io_addons.yaml",
+    }),
+    # The Setting and Upgrade CRDs of a release (evacuation-report reads vm-force-reset-policy, server-version
+    # and the Upgrade's node steps, docs/facts.md §8).
+    "harvester-release": Project("harvester/harvester", lambda ref: f"harvester/{ref}", {
+        "settings.crd.yaml": "deploy/charts/harvester-crd/templates/harvesterhci.io_settings.yaml",
+        "upgrades.crd.yaml": "deploy/charts/harvester-crd/templates/harvesterhci.io_upgrades.yaml",
     }),
 }
 
