@@ -18,6 +18,10 @@ from functions.migration_report.analysis import Explained, analyse, finished_at
 from functions.migration_report.settings import Settings
 from shared import kubevirt as kv
 
+# KubeVirt's evacuation controller annotates the migrations it creates for a drained node with that node
+# (types.go EvacuationMigrationAnnotation, docs/facts.md §8): evacuation-report explains them in its node's finding.
+EVACUATION = "kubevirt.io/evacuationMigration"
+
 
 class Action(enum.StrEnum):
     SKIP = "skip"          # not final, out of scope, too old, or a success well inside its budget
@@ -52,6 +56,8 @@ def precheck(vmim: dict, settings: Settings, now: datetime) -> str | None:
     meta, phase = kv.meta(vmim), kv.phase(vmim)
     if not settings.in_scope(meta.get("namespace", "")):
         return f"namespace {meta.get('namespace')} is out of scope"
+    if kv.annotations_of(vmim).get(EVACUATION):
+        return _evacuation(kv.annotations_of(vmim)[EVACUATION])
     if phase not in kv.FINAL_PHASES:
         return f"phase is {phase or 'unset'}, not final yet"
     ended = finished_at(vmim)
@@ -71,6 +77,9 @@ def row_precheck(meta: Mapping[str, Any], phase: Any, settings: Settings, now: d
     namespace = str(meta.get("namespace") or "default")
     if not settings.in_scope(namespace):
         return f"namespace {namespace} is out of scope"
+    notes = meta.get("annotations")
+    if isinstance(notes, dict) and isinstance(notes.get(EVACUATION), str) and notes[EVACUATION]:
+        return _evacuation(notes[EVACUATION])
     if not isinstance(phase, str) or phase not in kv.FINAL_PHASES:
         return f"phase is {phase or 'unset'}, not final yet"
     entries = meta.get("managedFields")
@@ -81,6 +90,10 @@ def row_precheck(meta: Mapping[str, Any], phase: Any, settings: Settings, now: d
         return (f"last written at {max(known):%Y-%m-%dT%H:%M:%SZ}, so ended more than MIGRATION_REPORT_WITHIN="
                 f"{_span(settings.within)} ago")
     return None
+
+
+def _evacuation(node: str) -> str:
+    return f"an evacuation of node {node}: evacuation-report explains it in that node's finding"
 
 
 def decide(facts: Facts, settings: Settings, now: datetime) -> Verdict:

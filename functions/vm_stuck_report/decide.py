@@ -24,7 +24,6 @@ from functions.vm_stuck_report.facts import (
     VolumeFacts,
     checked_words,
     exceeded,
-    node_words,
     quantity,
     stamp,
     state_words,
@@ -44,8 +43,6 @@ class Cause(StrEnum):
     VOLUME_ATTACH = "volume-attach"              # FailedAttachVolume / FailedMount on the pod
     IMAGE_PULL = "image-pull"                    # a container waits in ErrImagePull / ImagePullBackOff
     QUOTA = "quota-exceeded"                     # a ResourceQuota refused the (target) pod
-    NODE_NOT_READY = "node-not-ready"            # the VMI's node is not Ready: nothing there can start it
-    STOP_NOT_HONOURED = "stop-not-honoured"      # a stop the VMI never completed: its node is not Ready
     UNKNOWN = "unknown"
 
 
@@ -53,7 +50,7 @@ class Action(StrEnum):
     REPORT = "report"      # stuck past its threshold: open (or see again) its finding
     WAIT = "wait"          # in a stuck state, not for long enough yet
     SETTLED = "settled"    # not stuck (any open finding of this VM ends)
-    DEFER = "defer"        # another function's finding (device-conflict, migration-report)
+    DEFER = "defer"        # another function's finding (device-conflict, migration-report, evacuation-report)
     SKIP = "skip"          # out of scope, or opted out
 
 
@@ -107,6 +104,9 @@ def stuck(vm: Mapping | None, vmi: Mapping | None, vmim: Mapping | None, setting
 
 def _migration(vm: Mapping, vmi: Mapping | None, vmim: Mapping, settings: Settings, now: datetime) -> Verdict:
     phase = o.string(vmim, "status", "phase") or "Pending"  # a VMIM without a phase yet is pending
+    evacuated = kv.annotations_of(vmim).get(EVACUATION)
+    if evacuated:  # KubeVirt's evacuation of a drained node (docs/facts.md §8): that node's finding lists it
+        return Verdict(Action.DEFER, f"an evacuation of node {evacuated}: evacuation-report speaks for it")
     if phase not in MIGRATION_PHASES:
         # a migration that failed is migration-report's; one that runs or ended is not stuck starting
         return Verdict(Action.SETTLED if phase != "Failed" else Action.DEFER,
@@ -151,6 +151,7 @@ _PLACEMENT = re.compile(r"(\d+) node\(s\) (didn't match Pod's node affinity/sele
 _CORDONED = re.compile(r"(\d+) node\(s\) were unschedulable")
 _UNBOUND = re.compile(r"unbound immediate PersistentVolumeClaims|pod has unbound")
 _QUOTA = re.compile(r"exceeded quota")
+EVACUATION = "kubevirt.io/evacuationMigration"  # types.go EvacuationMigrationAnnotation
 IMAGE_PULL_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
 ATTACH_REASONS = ("FailedAttachVolume", "FailedMount")
 
@@ -158,11 +159,21 @@ ATTACH_REASONS = ("FailedAttachVolume", "FailedMount")
 def diagnose(facts: Facts) -> Verdict:
     """Exactly one cause, its evidence and one next step; or the cause unknown, with what was checked."""
     s = facts.stuck
+    node = facts.node
+    if node is not None and node.found and node.ready != "True":
+        # the VMs of a node that stopped answering are evacuation-report's: what Harvester and KubeVirt will do with
+        # them and when, and what blocks them (docs/evacuation-report.md, who speaks for what)
+        return Verdict(Action.DEFER, f"node {node.name} is Ready={node.ready or 'unknown'}: evacuation-report speaks "
+                                     f"for the VMs of a node that stopped answering", s)
+    source = facts.source_node
+    if s.group == "migrating" and source is not None and source.draining:
+        return Verdict(Action.DEFER, f"node {source.name} is being emptied ({'; '.join(source.draining)}): "
+                                     f"evacuation-report speaks for its migrations", s)
     if s.group in ("stopping", "terminating"):
-        return _stop(facts)
+        return _unknown(facts)
     if facts.device_conflict:  # a start blocked by a device another VM holds is device-conflict's finding
         return Verdict(Action.DEFER, f"device-conflict reports it: {facts.device_conflict}", s)
-    for rule in (_volume_missing, _quota, _scheduling, _volume_unbound, _attach, _image, _node):
+    for rule in (_volume_missing, _quota, _scheduling, _volume_unbound, _attach, _image):
         found = rule(facts)
         if found is not None:
             return found
@@ -173,21 +184,6 @@ def _report(facts: Facts, cause: Cause, evidence: list[str], next_step: str) -> 
     s = facts.stuck
     return Verdict(Action.REPORT, f"{state_words(s)} since {stamp(s.since)}: {cause.value}", s, cause,
                    tuple(evidence), next_step, checked_words(facts))
-
-
-def _stop(facts: Facts) -> Verdict:
-    node = facts.node
-    if node is not None and facts.vmi_finalizers and node.ready != "True":
-        evidence = [f"the VMI was asked to stop (deletionTimestamp set) and still has the finalizers "
-                    f"{', '.join(facts.vmi_finalizers)}" if facts.vmi_deleting else
-                    f"the VMI still has the finalizers {', '.join(facts.vmi_finalizers)}",
-                    node_words(node)]
-        return _report(facts, Cause.STOP_NOT_HONOURED, evidence,
-                       f"Bring node {node.name} back (virt-handler on it completes the stop). If the node is gone "
-                       f"for good, power it off for certain and then delete its Node object "
-                       f"(`kubectl delete node {node.name}`): KubeVirt then fails the VMI and the stop completes. "
-                       f"Do not remove the finalizers by hand while the guest may still run there.")
-    return _unknown(facts)
 
 
 def _volume_missing(facts: Facts) -> Verdict | None:
@@ -323,17 +319,6 @@ def _image(facts: Facts) -> Verdict | None:
                    f"Fix the image the VM's {container} container pulls (its name and tag, the registry's "
                    f"reachability from node {pod.node if pod and pod.node else '?'}, an imagePullSecret); the kubelet "
                    f"retries by itself.")
-
-
-def _node(facts: Facts) -> Verdict | None:
-    node = facts.node
-    if node is None or (node.ready == "True" and not node.unschedulable) or not node.found:
-        return None
-    if node.ready == "True":
-        return None  # cordoned but Ready: a pod already bound there still starts
-    return _report(facts, Cause.NODE_NOT_READY, [node_words(node)],
-                   f"Bring node {node.name} back (its kubelet and virt-handler); or stop the VM and start it again "
-                   f"so that it is placed on a Ready node.")
 
 
 def _unknown(facts: Facts) -> Verdict:

@@ -68,6 +68,7 @@ class NodeFacts:
     ready_since: str = ""
     unschedulable: bool = False
     taints: tuple[str, ...] = ()
+    draining: tuple[str, ...] = ()     # why it is being emptied (shared.nodes.draining): evacuation-report's
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,7 @@ class Facts:
     nodes_with: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # resource -> nodes that have any
     nodes_total: int = 0
     device_conflict: str = ""                           # device-conflict's open finding on this VM (its summary)
+    source_node: NodeFacts | None = None                # a Migrating VM's node (the VMI's status.nodeName)
 
 
 

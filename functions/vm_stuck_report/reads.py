@@ -19,6 +19,7 @@ from functions.vm_stuck_report.facts import (
 )
 from functions.vm_stuck_report.settings import Settings
 from shared import kubevirt as kv
+from shared import nodes
 from shared import objects as o
 from shared.kinds import EVENT, POD, PV, PVC, Kind
 from shared.ledger import record_of
@@ -81,8 +82,9 @@ def read_facts(ctx: KubeContext[Settings], s: Stuck, vm: dict, vmi: dict | None,
             nodes_with[device] = tuple(sorted(
                 o.string(n, "metadata", "name") for n in nodes
                 if (quantity(o.strings(n, "status", "allocatable").get(device)) or 0) > 0))
+    source = _node(ctx, o.string(vmi, "status", "nodeName")) if s.group == "migrating" and vmi and not vmim else None
     return Facts(s, vmi_deleting=bool(kv.meta(vmi).get("deletionTimestamp")) if vmi else False,
-                 pod=pod_facts, pod_looked_for=looked_for, volumes=volumes,
+                 pod=pod_facts, pod_looked_for=looked_for, volumes=volumes, source_node=source,
                  node=_node(ctx, node_name) if node_name else None, quotas=quotas, kubevirt_events=kubevirt_events,
                  device_resources=devices, nodes_with=nodes_with, nodes_total=total)
 
@@ -164,7 +166,8 @@ def _node(ctx: KubeContext[Settings], name: str) -> NodeFacts | None:
     taints = tuple(f"{t.get('key')}:{t.get('effect')}" for t in o.objects(node, "spec", "taints"))
     return NodeFacts(name, ready=str(ready.get("status") or ""), ready_reason=str(ready.get("reason") or ""),
                      ready_since=str(ready.get("lastTransitionTime") or ""),
-                     unschedulable=o.flag(node, "spec", "unschedulable") is True, taints=taints)
+                     unschedulable=o.flag(node, "spec", "unschedulable") is True, taints=taints,
+                     draining=nodes.draining(node))
 
 
 def _requests(pod: dict) -> dict[str, str]:

@@ -183,19 +183,12 @@ ROWS = [
                                               waiting=(("compute", "ImagePullBackOff",
                                                         'Back-off pulling image "reg/img:1"'),))),
                  Cause.IMAGE_PULL, "ImagePullBackOff", "Fix the image", id="image-pull"),
-    pytest.param(Facts(STARTING, pod=PodFacts("virt-launcher-vm1-abcde", node="node-a", scheduled=("True", "", "")),
-                       node=NodeFacts("node-a", ready="Unknown", ready_reason="NodeStatusUnknown")),
-                 Cause.NODE_NOT_READY, "Ready=Unknown", "Bring node node-a back", id="node-not-ready"),
     pytest.param(Facts(MIGRATING, pod_looked_for="migration target",
                        quotas=(QuotaFacts("compute", "requests.memory", "8Gi", "7Gi", "2200Mi"),),
                        kubevirt_events=(EventFact("VirtualMachineInstance/vm1", "FailedCreate",
                                                   'Error creating pod: pods "virt-launcher-vm1-x" is forbidden: '
                                                   'exceeded quota: compute'),)),
                  Cause.QUOTA, "requests.memory used 7Gi of 8Gi", "Raise compute", id="migration-quota"),
-    pytest.param(Facts(STOPPING, vmi_deleting=True, vmi_finalizers=("foregroundDeleteVirtualMachine",),
-                       node=NodeFacts("node-a", ready="Unknown", ready_reason="NodeStatusUnknown")),
-                 Cause.STOP_NOT_HONOURED, "foregroundDeleteVirtualMachine", "kubectl delete node node-a",
-                 id="stop-not-honoured"),
 ]
 
 
@@ -227,11 +220,33 @@ def test_a_start_device_conflict_reports_is_deferred_to_it():
     assert diagnose(facts).action is Action.DEFER
 
 
-def test_stop_not_honoured_needs_the_node_not_ready():
-    facts = Facts(STOPPING, vmi_deleting=True, vmi_finalizers=("f",),
-                  node=NodeFacts("node-a", ready="False", ready_reason="KubeletNotReady"))
-    assert diagnose(facts).cause is Cause.STOP_NOT_HONOURED
-    assert diagnose(replace(facts, node=replace(facts.node, ready="True"))).cause is Cause.UNKNOWN
+@pytest.mark.parametrize("facts", [
+    pytest.param(Facts(STOPPING, vmi_deleting=True, vmi_finalizers=("foregroundDeleteVirtualMachine",),
+                       node=NodeFacts("node-a", ready="Unknown", ready_reason="NodeStatusUnknown")), id="stopping"),
+    pytest.param(Facts(STARTING, pod=PodFacts("virt-launcher-vm1-abcde", node="node-a", scheduled=("True", "", "")),
+                       node=NodeFacts("node-a", ready="False", ready_reason="KubeletNotReady")), id="starting"),
+])
+def test_the_vms_of_a_node_that_stopped_answering_are_evacuation_reports(facts):
+    """A stop a dead node never completes, a start on it: the node's finding says what Harvester and KubeVirt will
+    do and what blocks it (docs/evacuation-report.md, who speaks for what); no second notice here."""
+    verdict = diagnose(facts)
+    assert verdict.action is Action.DEFER and "evacuation-report" in verdict.reason
+    assert diagnose(replace(facts, node=replace(facts.node, ready="True"))).action is Action.REPORT
+
+
+def test_a_migration_off_a_node_being_emptied_is_evacuation_reports():
+    drained = NodeFacts("node-a", ready="True", unschedulable=True, draining=("cordoned",))
+    assert diagnose(Facts(MIGRATING, source_node=drained)).action is Action.DEFER
+    assert diagnose(Facts(MIGRATING, source_node=replace(drained, draining=()))).cause is Cause.UNKNOWN
+
+
+def test_an_evacuation_migration_that_does_not_start_is_evacuation_reports():
+    vm = b.vm(status="Running")
+    vmi = b.vmi(vm, phase="Running", node="node-a")
+    vmim = b.vmim(vmi, phase="Pending")
+    vmim["metadata"]["annotations"] = {"kubevirt.io/evacuationMigration": "node-a"}
+    verdict = stuck(vm, vmi, vmim, Settings(), b.NOW)
+    assert verdict.action is Action.DEFER and "node node-a" in verdict.reason
 
 
 @pytest.mark.parametrize("text,value", [("500m", 0.5), ("2Gi", 2 * 2**30), ("1.5", 1.5), ("1e3", 1000.0),
