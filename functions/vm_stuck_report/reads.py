@@ -82,9 +82,10 @@ def read_facts(ctx: KubeContext[Settings], s: Stuck, vm: dict, vmi: dict | None,
             nodes_with[device] = tuple(sorted(
                 o.string(n, "metadata", "name") for n in nodes
                 if (quantity(o.strings(n, "status", "allocatable").get(device)) or 0) > 0))
-    source = _node(ctx, o.string(vmi, "status", "nodeName")) if s.group == "migrating" and vmi and not vmim else None
+    source_node = _node(ctx, o.string(vmi, "status", "nodeName")) if s.group == "migrating" and vmi and not vmim \
+        else None
     return Facts(s, vmi_deleting=bool(kv.meta(vmi).get("deletionTimestamp")) if vmi else False,
-                 pod=pod_facts, pod_looked_for=looked_for, volumes=volumes, source_node=source,
+                 pod=pod_facts, pod_looked_for=looked_for, volumes=volumes, source_node=source_node,
                  node=_node(ctx, node_name) if node_name else None, quotas=quotas, kubevirt_events=kubevirt_events,
                  device_resources=devices, nodes_with=nodes_with, nodes_total=total)
 
