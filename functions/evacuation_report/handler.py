@@ -102,6 +102,9 @@ def target(event: Incoming, ctx: KubeContext[Settings]) -> str | None:
     `kubevirt.io/evacuationMigration` annotation; a Reference-mode VMIM event is read for it)."""
     found = about(event, ("Node", "VirtualMachineInstanceMigration"), FUNCTION)
     if found.ref.kind == "Node":
+        if found.obj is not None and not found.deleted and not nodes.down(found.obj) \
+                and not nodes.draining(found.obj, _drain_key(found.obj)):
+            return None  # in service as the event shows it: the re-scan ends an open finding (worth_decoding)
         return found.ref.name
     if found.deleted:
         return None
@@ -114,8 +117,9 @@ def target(event: Incoming, ctx: KubeContext[Settings]) -> str | None:
 
 # A Node whose JSON names none of these is Ready, schedulable and not in maintenance: nothing to say, and an open
 # finding of it ends at the next tick. An evacuation migration carries its annotation.
-_NODE_TOKENS = (b'"unschedulable":true', b"kubevirt.io/drain", b"harvesterhci.io/maintain-status",
-                b"harvesterhci.io/drain-requested", b'"Unknown"', b"NotReady", b"out-of-service")
+_NODE_TOKENS = (b'"unschedulable":true', b'"unschedulable": true', b"kubevirt.io/drain",
+                b"harvesterhci.io/maintain-status", b"harvesterhci.io/drain-requested", b'"Unknown"', b"NotReady",
+                b"out-of-service")
 _VMIM_TOKENS = (EVACUATION_ANNOTATION.encode(),)
 
 
