@@ -158,20 +158,35 @@ class EvacuationSim:
         with self._lock:
             self._draining.add(node)
 
+    def uncordon(self, node: str) -> None:
+        """`kubectl uncordon`: the drain is over (or given up)."""
+        with self._lock:
+            self._draining.discard(node)
+        self.kube.merge_patch(NODE, None, node, {"spec": {"unschedulable": None}})
+
     def maintenance(self, node: str, *, force: bool = False) -> None:
         """Harvester UI's Enable Maintenance Mode (formatter.go enableMaintenanceMode)."""
         notes = {n.DRAIN_REQUESTED: "true", **({n.DRAIN_FORCED: "true"} if force else {})}
         self.kube.merge_patch(NODE, None, node, {"metadata": {"annotations": notes}})
 
     def set_ready(self, node: str, status: str) -> None:
-        """The node lifecycle controller's (Unknown: the kubelet stopped posting) or the kubelet's word. A node
-        that stops answering has not written virt-handler's heartbeat since: it is written that long ago."""
+        """The kubelet's word (False: it reports NotReady) or the node lifecycle controller's (Unknown: the kubelet
+        stopped posting), with the taints that controller keeps in step (node.kubernetes.io/not-ready or
+        unreachable, NoSchedule and NoExecute: pkg/controller/nodelifecycle), so that no scheduler places a pod there.
+        Ready again lifts them."""
         stamp = now_stamp()
         reason = {"True": "KubeletReady", "False": "KubeletNotReady", "Unknown": "NodeStatusUnknown"}[status]
         self.kube.request("PATCH", NODE.path(None, node, "status"), content_type="application/merge-patch+json",
                           body={"status": {"conditions": [{"type": "Ready", "status": status, "reason": reason,
                                                            "lastHeartbeatTime": stamp,
                                                            "lastTransitionTime": stamp}]}})
+        current = self.kube.get(NODE, None, node) or {}
+        keys = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+        taints = [t for t in o.objects(current, "spec", "taints") if t.get("key") not in keys]
+        if status != "True":
+            key = keys[0] if status == "False" else keys[1]
+            taints += [{"key": key, "effect": "NoSchedule"}, {"key": key, "effect": "NoExecute", "timeAdded": stamp}]
+        self.kube.merge_patch(NODE, None, node, {"spec": {"taints": taints or None}})
 
     # -- the loop -----------------------------------------------------------------------------------
     def _loop(self) -> None:
