@@ -61,12 +61,25 @@ def read_facts(ctx: KubeContext[Settings], node: NodeFacts, earlier: Mapping[str
     for key in sorted(vmis):
         vmi = vmis[key]
         namespace, name = key.partition("/")[0], key.partition("/")[2]
-        vm = ctx.kube.get(VM, namespace, name) if kv.meta(vmi).get("uid") or down else None
+        vm = ctx.kube.get(VM, namespace, name) if _needs_vm(vmi, cluster, down) else None
         migration = _migration(ctx, vmi, rows.get(key, []), node.name, cluster)
         alive = (str(kv.meta(vmi).get("uid")) in pods) if pods is not None else None
         volumes = _volumes(ctx, vmi, attached) if down and o.string(vmi, "status", "nodeName") == node.name else ()
         vms.append(vm_facts(vmi, vm, migration, alive, volumes))
     return Facts(node, tuple(vms), cluster, earlier)
+
+
+def _needs_vm(vmi: Mapping, cluster: ClusterFacts, down: bool) -> bool:
+    """The VM's run strategy matters to a VM of a dead node, and to one a drain may shut down; not to one that
+    migrates on eviction (most of a Harvester cluster: LiveMigrateIfPossible and LiveMigratable=True), which is
+    then not read (a VMI that left the node, or is gone, keeps its line without it too)."""
+    if not kv.meta(vmi).get("uid"):
+        return False
+    if down:
+        return True
+    strategy = o.text(vmi, "spec", "evictionStrategy") or cluster.eviction_default or "None"
+    migratable = any(c.get("type") == "LiveMigratable" and c.get("status") == "True" for c in kv.conditions_of(vmi))
+    return not (migratable and strategy in ("LiveMigrate", "LiveMigrateIfPossible"))
 
 
 def cluster_facts(ctx: KubeContext[Settings], node: NodeFacts, down: bool) -> ClusterFacts:
