@@ -37,6 +37,9 @@ CONTROLLERS = (
     "clusterrole-aggregation-controller",       # admin/edit/view get their aggregated rules
     "resourcequota-controller",                 # a ResourceQuota's status.used: without it, admission refuses
                                                 # every pod a quota covers ("status unknown for quota")
+    "disruption-controller",                    # a PodDisruptionBudget's status: KubeVirt's migration controller
+                                                # creates a target pod only once the PDB it expanded is seen
+                                                # protecting two pods (migration.go isMigrationProtected)
 )
 # With a real node (ControlPlane(node=True), controlplane/node.py) the controllers a node's objects need, besides:
 NODE_CONTROLLERS = (

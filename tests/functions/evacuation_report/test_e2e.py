@@ -174,7 +174,10 @@ def test_a_drained_node_names_what_migrates_what_blocks_and_what_is_shut_down(fr
     assert outcome[moves]["outcome"] in ("will-migrate", "migrating", "migrated")
     assert outcome[shut]["outcome"] in ("will-shut-down", "left")
     # the migratable one leaves by its evacuation migration; the evicted one is shut down (and started elsewhere)
-    eventually(lambda: world.where(moves) == ("Running", "evac-b"), timeout=60, what=f"{moves} migrated to evac-b")
+    try:
+        eventually(lambda: world.where(moves) == ("Running", "evac-b"), timeout=60, what=f"{moves} migrated to evac-b")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; {world.kubevirt_state(moves)}") from None
     world.until(lambda: world.lines("evac-a").get(moves) == "migrated", f"{moves} migrated in the finding")
     assert len(world.notices("evac-a")) == 1, "one notice per node and episode: the update went to the Event only"
     assert world.lines("evac-a")[stays] == "blocks-drain"
