@@ -9,7 +9,7 @@ import pytest
 from simcluster.apiserver import SimCluster
 from simcluster.builders import evacuation as b
 from simcluster.evacuation import EvacuationSim, admit_eviction, live_migratable
-from simcluster.kubevirt import KubeVirtSim
+from simcluster.kubevirt.sim import KubeVirtSim
 from tests.e2e import eventually
 
 RUNNING = [{"type": "LiveMigratable", "status": "True"}]
@@ -114,12 +114,15 @@ def test_kubectl_drain_migrates_what_can_refuses_what_must_and_evicts_the_rest(w
 def test_harvester_1_7_taints_an_unreachable_node_in_two_steps_and_lifts_the_taints(world):
     cluster, _, sim = world
     sim.set_ready("node-a", "Unknown")
+    def drained(node):
+        return [c for c in node["status"]["conditions"] if c["type"] == "Drained" and c["status"] == "True"]
+
     node = eventually(lambda: (x := cluster.get("v1", "Node", None, "node-a")) and
                       {t["key"] for t in (x["spec"].get("taints") or [])} >=
-                      {"kubevirt.io/drain", "node.kubernetes.io/out-of-service"} and x, timeout=20,
-                      what="both taints")
-    drained = [c for c in node["status"]["conditions"] if c["type"] == "Drained"]
-    assert drained and drained[0]["status"] == "True" and drained[0]["reason"] == "HarvesterNodeIsDrained"
+                      {"kubevirt.io/drain", "node.kubernetes.io/out-of-service"} and drained(x) and x, timeout=20,
+                      what="both taints and Drained=True")
+    assert drained(node)[0]["reason"] == "HarvesterNodeIsDrained"
     sim.set_ready("node-a", "True")
-    eventually(lambda: not (cluster.get("v1", "Node", None, "node-a")["spec"].get("taints")), timeout=20,
+    eventually(lambda: not [t for t in cluster.get("v1", "Node", None, "node-a")["spec"].get("taints") or ()
+                            if t["key"] in ("kubevirt.io/drain", "node.kubernetes.io/out-of-service")], timeout=20,
                what="taints lifted")
