@@ -160,6 +160,7 @@ def fresh(world):
     world.heal()
 
 
+@pytest.mark.timeout(900)  # three VMs started and moved by KubeVirt's own controllers on a loaded machine
 def test_a_drained_node_names_what_migrates_what_blocks_and_what_is_shut_down(fresh):
     world = fresh
     moves = world.start_vm("moves", node="evac-a", claims=("shared-moves",))
@@ -194,6 +195,7 @@ def test_a_drained_node_names_what_migrates_what_blocks_and_what_is_shut_down(fr
                and m["spec"]["vmiName"] == moves for m in vmims)
 
 
+@pytest.mark.timeout(900)
 def test_a_dead_node_says_when_its_vms_restart_and_ends_when_they_run_elsewhere(fresh):
     world = fresh
     world.cluster.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
