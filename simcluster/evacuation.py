@@ -239,11 +239,14 @@ class EvacuationSim:
             status, reason, message = live_migratable(vmi, pvcs)
             cond = {"type": "LiveMigratable", "status": status, "lastProbeTime": None,
                     "lastTransitionTime": now_stamp(), **({"reason": reason, "message": message} if reason else {})}
-            conditions = [*kv.conditions_of(vmi), cond]
-            self._write(lambda v=vmi, c=conditions: self.kube.merge_patch(VMI, o.string(v, "metadata", "namespace"),
-                                                                          o.string(v, "metadata", "name"), {
-                "metadata": {"resourceVersion": o.string(v, "metadata", "resourceVersion")},
-                "status": {"conditions": c}}))
+            # A JSON patch adds it, as virt-handler's patch does: a merge patch replacing the list would drop every
+            # condition's `lastProbeTime: null` (merge patches prune nulls), and virt-controller's own patches,
+            # which test the conditions it read, would then fail for ever ("patching of vmi conditions and
+            # activePods failed", seen on the real backend).
+            op = ({"op": "add", "path": "/status/conditions/-", "value": cond} if kv.conditions_of(vmi)
+                  else {"op": "add", "path": "/status/conditions", "value": [cond]})
+            self._write(lambda v=vmi, p=op: self.kube.json_patch(VMI, o.string(v, "metadata", "namespace"),
+                                                                 o.string(v, "metadata", "name"), [p]))
 
     # -- kubectl drain through virt-api's webhook -------------------------------------------------------
     def _evict(self, node: str, vmis: list[dict], kubevirt: Mapping | None) -> None:
