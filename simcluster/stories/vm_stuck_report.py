@@ -22,7 +22,8 @@ GPU = "nvidia.com/NVIDIA_L40S-8Q"
 
 def play() -> None:
     with stage("vm-stuck-report, KubeVirt 1.3.1 (Harvester 1.4)", volumes=True,
-               env_overrides={COMPONENT: {"VM_STUCK_AFTER": f"{AFTER}s"}}) as s:
+               env_overrides={COMPONENT: {"VM_STUCK_AFTER": f"{AFTER}s"},
+                              "evacuation-report": {"EVACUATION_DOWN_AFTER": "1s"}}) as s:
         _play(s)
 
 
