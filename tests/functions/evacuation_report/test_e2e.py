@@ -102,7 +102,7 @@ class World(e2e.World):
             self.cluster.patch("v1", "Node", None, other, {"spec": {"unschedulable": True}})
         try:
             self.cluster.create(vm)
-            eventually(lambda: self.where(name) == ("Running", node) and self.judged(name), timeout=30,
+            eventually(lambda: self.where(name) == ("Running", node) and self.judged(name), timeout=120,
                        what=f"VM {name} Running on {node}")
         finally:
             for other in others:
@@ -176,7 +176,7 @@ def test_a_drained_node_names_what_migrates_what_blocks_and_what_is_shut_down(fr
     assert outcome[shut]["outcome"] in ("will-shut-down", "left")
     # the migratable one leaves by its evacuation migration; the evicted one is shut down (and started elsewhere)
     try:
-        eventually(lambda: world.where(moves) == ("Running", "evac-b"), timeout=60, what=f"{moves} migrated to evac-b")
+        eventually(lambda: world.where(moves) == ("Running", "evac-b"), timeout=120, what=f"{moves} migrated to evac-b")
     except AssertionError as exc:
         raise AssertionError(f"{exc}; {world.kubevirt_state(moves)}") from None
     world.until(lambda: world.lines("evac-a").get(moves) == "migrated", f"{moves} migrated in the finding")
@@ -221,7 +221,7 @@ def test_a_dead_node_says_when_its_vms_restart_and_ends_when_they_run_elsewhere(
     assert line["outcome"] == "restarts-elsewhere", line
     assert any("Longhorn volume pvc-dead of PVC shared-dead is still attached to evac-a" in x for x in line["blockers"])
     # Harvester 1.6 resets it (pods force-deleted, heartbeat rewound); KubeVirt fails the VMI and starts it on evac-b
-    eventually(lambda: world.where(name) == ("Running", "evac-b"), timeout=90, what=f"{name} running on evac-b")
+    eventually(lambda: world.where(name) == ("Running", "evac-b"), timeout=120, what=f"{name} running on evac-b")
     world.until(lambda: down("resolved"), "a .resolved node-down notice")
     assert len(down()) == 1 and len(down("resolved")) == 1
 
