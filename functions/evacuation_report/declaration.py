@@ -92,5 +92,5 @@ DECLARATION = Function(
     alerts=(Alert("NodeEvacuation", "warning", ("node-drain",)), Alert("NodeDown", "critical", ("node-down",))),
     identity=Identity("the Node", "the node's uid", "`node`, `state` (the category: node-drain, node-down)"),
     replies=("detected", "resolved", "scanned"),
-    reasons=("NodeEvacuation", "NodeDown"),
+    reasons=("NodeEvacuation", "NodeEvacuationResolved", "NodeDown", "NodeDownResolved"),
 )

@@ -15,13 +15,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
-from functions.evacuation_report.decide import Action, Category, Verdict, decide
+from functions.evacuation_report.decide import Action, Verdict, decide
 from functions.evacuation_report.facts import EVACUATION_ANNOTATION, node_facts
 from functions.evacuation_report.reads import read_facts
 from functions.evacuation_report.settings import OPT_OUT, Settings
 from functions.evacuation_report.wording import (
     FUNCTION,
     REASONS,
+    RESOLVED_REASONS,
     finding,
     outcomes,
     resolved_message,
@@ -140,8 +141,16 @@ def _drain_key(node: Mapping) -> str:
 
 
 # -- act: the finding's life ------------------------------------------------------------------------
+def _category_ledger(ctx: KubeContext[Settings], category: str) -> Ledger:
+    """The ledger that records a category's finding (NodeEvacuation, NodeDown) and its end (…Resolved)."""
+    known = next((c for c in REASONS if c.value == category), None)
+    if known is None:
+        return _ledger(ctx)
+    return Ledger(ctx.kube, FUNCTION, ctx.settings.finding_renew_after, REASONS[known], RESOLVED_REASONS[known])
+
+
 def _ledger(ctx: KubeContext[Settings]) -> Ledger:
-    return Ledger(ctx.kube, FUNCTION, ctx.settings.finding_renew_after, "NodeEvacuation")
+    return Ledger(ctx.kube, FUNCTION, ctx.settings.finding_renew_after, "NodeEvacuation", "NodeEvacuationResolved")
 
 
 def act(verdict: Verdict, name: str, node: dict | None, records: list[Record], ctx: KubeContext[Settings],
@@ -153,8 +162,9 @@ def act(verdict: Verdict, name: str, node: dict | None, records: list[Record], c
         for record in (r for r in records if r.open and r.finding.category != keep):
             because = verdict.reason if keep is None else f"the node is {keep} now ({verdict.reason})"
             message = resolved_message(record, because)
-            notice = _ledger(ctx).resolve(record, delivery, now, summary=message, details={"because": because},
-                                          message=message)
+            ledger = _category_ledger(ctx, record.finding.category)
+            notice = ledger.resolve(record, delivery, now, summary=message, details={"because": because},
+                                    message=message)  # and a Normal NodeEvacuationResolved / NodeDownResolved
             if notice is not None:
                 ended.append(notice.reply())
     if keep is None or node is None or verdict.category is None:
@@ -163,7 +173,7 @@ def act(verdict: Verdict, name: str, node: dict | None, records: list[Record], c
     opened = finding(verdict, node)
     current = next((r for r in records if r.open and r.finding.category == keep), None)
     changed = current is not None and outcomes(current.finding.details) != outcomes(opened.details)
-    ledger = Ledger(ctx.kube, FUNCTION, ctx.settings.finding_renew_after, REASONS[Category(keep)])
+    ledger = _category_ledger(ctx, keep)
     notice = ledger.sighted(opened, node, delivery, now, message=opened.summary, count=not tick, update=changed,
                             looked=looked)
     if notice is None:

@@ -12,6 +12,7 @@ from shared.ledger import Record
 
 FUNCTION = "evacuation-report"
 REASONS = {Category.DRAIN: "NodeEvacuation", Category.DOWN: "NodeDown"}
+RESOLVED_REASONS = {Category.DRAIN: "NodeEvacuationResolved", Category.DOWN: "NodeDownResolved"}  # the end's Event
 SEVERITY = {Category.DRAIN: "warning", Category.DOWN: "critical"}
 MESSAGE_LIMIT = 1000  # an Event's message is cut by some clients past 1 kB; the finding holds every line
 

@@ -111,8 +111,9 @@ def _notices(s: Stage, state: str = "detected") -> list[dict]:
 
 def _finding(s: Stage, node: str) -> dict:
     for event in s.kube_events(COMPONENT):
-        if event["involvedObject"]["name"] == node:
-            return json.loads(event["metadata"]["annotations"]["vmevents.io/finding"])
+        notes = event["metadata"].get("annotations") or {}
+        if event["involvedObject"]["name"] == node and "vmevents.io/finding" in notes:  # not its end's Event
+            return json.loads(notes["vmevents.io/finding"])
     return {}
 
 
