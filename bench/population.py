@@ -27,7 +27,7 @@ from simcluster.kubevirt.vm_controller import vmi_from_vm
 NAMESPACES = 10
 NODES = 50
 # One node in Harvester's maintenance mode with its VMs still on it (evacuation-report's candidate): cordoned,
-# maintain-status running (docs/facts.md §9).
+# maintain-status running (docs/facts.md §10).
 MAINTAINED = "harvester-node-7"
 
 

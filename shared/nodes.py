@@ -1,5 +1,5 @@
 """Reading a Node the way KubeVirt and Harvester read it: readiness, cordon, taints, and Harvester's maintenance
-annotations (docs/facts.md §9). Pure: functions over the dicts the API returns; no I/O.
+annotations (docs/facts.md §10). Pure: functions over the dicts the API returns; no I/O.
 
 evacuation-report decides from these which nodes are being emptied or have stopped answering; vm-stuck-report
 uses the same words to leave a VM on such a node to evacuation-report (docs/vm-stuck-report.md, who speaks).

@@ -1,4 +1,4 @@
-"""What moves a VM off its node, played where neither backend runs the real component (docs/facts.md §9):
+"""What moves a VM off its node, played where neither backend runs the real component (docs/facts.md §10):
 
 - **virt-handler's `LiveMigratable`** (both backends: no virt-handler runs): a Running VMI gets the condition once,
   `False` with KubeVirt's reason and message for host devices or GPUs (`HostDeviceNotLiveMigratable`, "VMI uses a
@@ -345,7 +345,7 @@ class EvacuationSim:
         return {"enable": True, "period": 15, "vmMigrationTimeout": 180} if newer else {"enable": True, "period": 300}
 
     def _node_down(self, name: str, node: dict) -> None:
-        """node_down_controller.go, per version (docs/facts.md §9)."""
+        """node_down_controller.go, per version (docs/facts.md §10)."""
         status = n.ready(node)[0]
         newer = self.harvester is not None and self.harvester >= (1, 7, 0)
         if status == "True":

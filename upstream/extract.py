@@ -75,7 +75,7 @@ PROJECTS = {
         "addons.crd.yaml": "deploy/charts/harvester-crd/templates/harvesterhci.io_addons.yaml",
     }),
     # The Setting and Upgrade CRDs of a release (evacuation-report reads vm-force-reset-policy, server-version
-    # and the Upgrade's node steps, docs/facts.md §9).
+    # and the Upgrade's node steps, docs/facts.md §10).
     "harvester-release": Project("harvester/harvester", lambda ref: f"harvester/{ref}", {
         "settings.crd.yaml": "deploy/charts/harvester-crd/templates/harvesterhci.io_settings.yaml",
         "upgrades.crd.yaml": "deploy/charts/harvester-crd/templates/harvesterhci.io_upgrades.yaml",

@@ -1,7 +1,7 @@
 """evacuation-report's pure part: for a node being emptied or one that stopped answering, what happens to each VM
 on it, why, and when — from facts read fresh (facts.py). No I/O, no clock, no environment.
 
-Every outcome rests on what KubeVirt and Harvester do, per version (docs/facts.md §9): KubeVirt's evacuation
+Every outcome rests on what KubeVirt and Harvester do, per version (docs/facts.md §10): KubeVirt's evacuation
 controller and eviction webhook (eviction strategy, LiveMigratable), Harvester's maintenance mode and its VM
 labels, the upgrade's pre-drain, and the node-down controller with vm-force-reset-policy.
 """

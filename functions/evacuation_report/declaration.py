@@ -29,7 +29,7 @@ EVACUATION_DOWN_AFTER = Setting(
     "(at most 1h)", Duration(),
     why="how long a node may be NotReady or unreachable before its VMs are reported; the node lifecycle controller "
         "already waits its 40 s grace period, and Harvester 1.7 taints an unreachable node after 15 s "
-        "(docs/facts.md §9)")
+        "(docs/facts.md §10)")
 EVACUATION_WARN_RATIO = Setting(
     "EVACUATION_WARN_RATIO", "0.8", "a running migration that used this share of its completion budget is said to be "
     "near its timeout (0.01–1)", Number(0.01, 1.0))

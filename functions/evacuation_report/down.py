@@ -1,6 +1,6 @@
 """A node that stopped answering, and what Harvester and KubeVirt will do to one VM on it, and when: the node-down
 controller with vm-force-reset-policy (per Harvester version), the out-of-service taint, KubeVirt's node controller,
-and what blocks the recovery — a launcher pod still in the API, a volume still attached (docs/facts.md §9). Pure."""
+and what blocks the recovery — a launcher pod still in the API, a volume still attached (docs/facts.md §10). Pure."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta

@@ -1,5 +1,5 @@
 """A node being emptied — a cordon and kubectl drain, KubeVirt's drain taint, Harvester's maintenance mode or an
-upgrade's pre-drain — and what that does to one VM on it (docs/facts.md §9). Pure."""
+upgrade's pre-drain — and what that does to one VM on it (docs/facts.md §10). Pure."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta

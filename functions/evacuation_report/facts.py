@@ -1,5 +1,5 @@
 """What evacuation-report reads about one node and the VMs on it, as values, and how each is read from the objects
-KubeVirt, Harvester, Longhorn and Kubernetes write (docs/facts.md §4, §9). Pure (decide.py's rules apply): the
+KubeVirt, Harvester, Longhorn and Kubernetes write (docs/facts.md §4, §10). Pure (decide.py's rules apply): the
 handler's reads (reads.py) hand the objects over, these functions turn them into facts."""
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ class NodeFacts:
 
 @dataclass(frozen=True)
 class ResetPolicy:
-    """Harvester's vm-force-reset-policy setting (docs/facts.md §9)."""
+    """Harvester's vm-force-reset-policy setting (docs/facts.md §10)."""
 
     enable: bool
     period: int                         # seconds after Ready left True

@@ -9,7 +9,7 @@ from enum import StrEnum
 from functions.evacuation_report.facts import MigrationFacts
 
 PURE = True
-HEARTBEAT_TIMEOUT = timedelta(minutes=5)  # virt-controller's node controller (docs/facts.md §9)
+HEARTBEAT_TIMEOUT = timedelta(minutes=5)  # virt-controller's node controller (docs/facts.md §10)
 RESTARTS = ("Always", "RerunOnFailure")   # run strategies under which KubeVirt starts a failed VMI again (§2)
 
 

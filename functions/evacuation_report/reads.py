@@ -133,7 +133,7 @@ def _migration(ctx: KubeContext[Settings], vmi: Mapping, rows: list[dict], node:
 
 def _alive_pods(ctx: KubeContext[Settings], node: str) -> set[str]:
     """The VMI uids whose launcher pod on the node is still in the API and not final (what KubeVirt's node
-    controller waits for before it fails a VMI, docs/facts.md §9)."""
+    controller waits for before it fails a VMI, docs/facts.md §10)."""
     pods = ctx.kube.list(POD, None, label_selector="kubevirt.io=virt-launcher", field_selector=f"spec.nodeName={node}")
     return {str(kv.labels_of(p).get(CREATED_BY)) for p in pods
             if o.string(p, "status", "phase") not in ("Succeeded", "Failed")}

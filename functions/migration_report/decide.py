@@ -19,7 +19,7 @@ from functions.migration_report.settings import Settings
 from shared import kubevirt as kv
 
 # KubeVirt's evacuation controller annotates the migrations it creates for a drained node with that node
-# (types.go EvacuationMigrationAnnotation, docs/facts.md §9): evacuation-report explains them in its node's finding.
+# (types.go EvacuationMigrationAnnotation, docs/facts.md §10): evacuation-report explains them in its node's finding.
 EVACUATION = "kubevirt.io/evacuationMigration"
 
 

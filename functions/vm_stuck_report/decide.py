@@ -105,7 +105,7 @@ def stuck(vm: Mapping | None, vmi: Mapping | None, vmim: Mapping | None, setting
 def _migration(vm: Mapping, vmi: Mapping | None, vmim: Mapping, settings: Settings, now: datetime) -> Verdict:
     phase = o.string(vmim, "status", "phase") or "Pending"  # a VMIM without a phase yet is pending
     evacuated = kv.annotations_of(vmim).get(EVACUATION)
-    if evacuated:  # KubeVirt's evacuation of a drained node (docs/facts.md §9): that node's finding lists it
+    if evacuated:  # KubeVirt's evacuation of a drained node (docs/facts.md §10): that node's finding lists it
         return Verdict(Action.DEFER, f"an evacuation of node {evacuated}: evacuation-report speaks for it")
     if phase not in MIGRATION_PHASES:
         # a migration that failed is migration-report's; one that runs or ended is not stuck starting

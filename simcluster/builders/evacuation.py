@@ -1,5 +1,5 @@
 """Builders for evacuation-report's test objects, as KubeVirt, Harvester and Kubernetes write them (docs/facts.md
-§9): a Node (cordoned, tainted, in Harvester's maintenance, NotReady), a running VM and its VMI on a node (eviction
+§10): a Node (cordoned, tainted, in Harvester's maintenance, NotReady), a running VM and its VMI on a node (eviction
 strategy, LiveMigratable, Harvester's maintenance label), an evacuation VMIM, Harvester's Settings and Upgrade, a
 VolumeAttachment."""
 from __future__ import annotations

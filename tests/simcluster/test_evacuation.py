@@ -1,5 +1,5 @@
 """The simulator's part in an evacuation (simcluster/evacuation.py), held to what KubeVirt and Harvester do
-(docs/facts.md §9): virt-handler's LiveMigratable, virt-api's eviction webhook, KubeVirt's evacuation controller
+(docs/facts.md §10): virt-handler's LiveMigratable, virt-api's eviction webhook, KubeVirt's evacuation controller
 (sim only), Harvester's maintenance mode and node-down controller per version. The story runs on the simulator with
 the simulated KubeVirt; the real backend's rows are the e2e suite's (tests/functions/evacuation_report)."""
 from __future__ import annotations

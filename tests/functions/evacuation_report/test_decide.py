@@ -1,5 +1,5 @@
 """evacuation-report's decision table, row by row: pure, on a fixed clock (no cluster, no HTTP). Each row is a node
-and the VMs on it as KubeVirt and Harvester leave them (docs/facts.md §9), and the outcome said for each VM."""
+and the VMs on it as KubeVirt and Harvester leave them (docs/facts.md §10), and the outcome said for each VM."""
 from __future__ import annotations
 
 from dataclasses import replace

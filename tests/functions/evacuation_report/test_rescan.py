@@ -1,7 +1,7 @@
 """evacuation-report's handler on the simulated API server, without a broker: a tick finds the node being emptied,
 opens one finding for it with a line per VM, updates it (no second notice) as the VMs move, and resolves it once
 the node is drained clean or back in service; a dead node's finding names what Harvester will do and when, and ends
-when its VMs run elsewhere. The objects are written as KubeVirt and Harvester leave them (docs/facts.md §9)."""
+when its VMs run elsewhere. The objects are written as KubeVirt and Harvester leave them (docs/facts.md §10)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta

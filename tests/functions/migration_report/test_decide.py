@@ -300,7 +300,7 @@ def test_skips(kwargs, settings, now, why):
 
 
 def test_an_evacuation_migration_is_evacuation_reports_from_the_object_and_from_its_row():
-    """KubeVirt's evacuation controller annotates its migrations with the drained node (docs/facts.md §9); the node's
+    """KubeVirt's evacuation controller annotates its migrations with the drained node (docs/facts.md §10); the node's
     finding explains them (docs/evacuation-report.md, who speaks for what): no second notice here."""
     found = facts(reason=NOT_COMPLETED.format(450))
     found.vmim["metadata"]["annotations"] = {"kubevirt.io/evacuationMigration": "node-a"}
