@@ -1,34 +1,23 @@
 """vm-stuck-report's pure part: is this VM (or its migration) stuck, and why — from facts read fresh.
 
-Two decisions, both without I/O or clock: `stuck()` says whether a VM has stayed in a transitional or error
-state (KubeVirt's `status.printableStatus`, or its VMIM's phase) longer than that state's threshold, and since
-when; `diagnose()` names exactly one cause with its evidence and one next step, or says the cause is unknown and
-what was checked. It never guesses: every cause rests on a fact KubeVirt, the scheduler, the kubelet, the quota
-admission or Longhorn wrote (docs/facts.md §7).
+`decide(facts, settings, now)` says whether a VM has stayed in a transitional or error state (KubeVirt's
+`status.printableStatus`, or its VMIM's phase) longer than that state's threshold, and since when; once the facts
+carry what explains it (`Facts.detail`, read only for a VM found stuck: `Action.EXPLAIN` asks for it), it names
+exactly one cause with its evidence and one next step, or says the cause is unknown. It never guesses: every cause
+rests on a fact KubeVirt, the scheduler, the kubelet, the quota admission or Longhorn wrote (docs/facts.md §7).
+
+The verdict says what to tell people as `Say` values (a kind and its values); wording.py words them.
 """
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
-from functions.vm_stuck_report.facts import (
-    EventFact,
-    Facts,
-    NodeFacts,
-    PodFacts,
-    QuotaFacts,
-    Stuck,
-    VolumeFacts,
-    checked_words,
-    exceeded,
-    node_words,
-    quantity,
-    stamp,
-    state_words,
-)
+from functions.vm_stuck_report.facts import Detail, Facts, Stuck
 from functions.vm_stuck_report.settings import GROUPS, MIGRATION_PHASES, OPT_OUT, Settings
 from shared import kubevirt as kv
 from shared import objects as o
@@ -51,78 +40,94 @@ class Cause(StrEnum):
 
 class Action(StrEnum):
     REPORT = "report"      # stuck past its threshold: open (or see again) its finding
+    EXPLAIN = "explain"    # stuck past its threshold, and the facts do not yet carry what explains it: read it
     WAIT = "wait"          # in a stuck state, not for long enough yet
     SETTLED = "settled"    # not stuck (any open finding of this VM ends)
     DEFER = "defer"        # another function's finding (device-conflict, migration-report)
     SKIP = "skip"          # out of scope, or opted out
 
 
-__all__ = ["Action", "Cause", "EventFact", "Facts", "NodeFacts", "PodFacts", "QuotaFacts", "Stuck", "Verdict",
-           "VolumeFacts", "diagnose", "exceeded", "quantity", "stamp", "stuck"]
+@dataclass(frozen=True)
+class Say:
+    """Something to tell people, as a kind and its values: wording.py words it."""
+
+    kind: str
+    values: Mapping[str, Any] = field(default_factory=dict)
 
 
-# -- is it stuck? ---------------------------------------------------------------------------------
+def say(kind: str, **values: Any) -> Say:
+    return Say(kind, values)
+
+
 @dataclass(frozen=True)
 class Verdict:
     action: Action
-    reason: str
+    why: Say                            # the reason (the log line; a resolution's `because`)
     stuck: Stuck | None = None
     cause: Cause | None = None
-    evidence: tuple[str, ...] = ()
-    next_step: str = ""
-    checked: tuple[str, ...] = ()
+    evidence: tuple[Say, ...] = ()
+    step: Say | None = None             # the one next step
 
 
-def stuck(vm: Mapping | None, vmi: Mapping | None, vmim: Mapping | None, settings: Settings,
-          now: datetime) -> Verdict:
+def decide(facts: Facts, settings: Settings, now: datetime) -> Verdict:
+    """What to do about this VM now. Pure: every fact is an argument."""
+    verdict = stuck(facts, settings, now)
+    if verdict.action is not Action.REPORT or verdict.stuck is None:
+        return verdict
+    if facts.detail is None:
+        return Verdict(Action.EXPLAIN, verdict.why, verdict.stuck)
+    return diagnose(verdict.stuck, facts.detail)
+
+
+# -- is it stuck? ---------------------------------------------------------------------------------
+def stuck(facts: Facts, settings: Settings, now: datetime) -> Verdict:
     """Whether the VM (with its VMI and, for a migration, the VMIM) is stuck, and since when."""
+    vm, vmi, vmim = facts.vm, facts.vmi, facts.vmim
     if vm is None:
-        return Verdict(Action.SETTLED, "the VM no longer exists")
+        return Verdict(Action.SETTLED, say("vm-gone"))
+    if facts.migration_gone:
+        return Verdict(Action.SETTLED, say("migration-gone"))
     meta = kv.meta(vm)
     if not settings.in_scope(str(meta.get("namespace") or "default")):
-        return Verdict(Action.SKIP, "the VM's namespace is out of scope (VM_STUCK_NAMESPACES)")
+        return Verdict(Action.SKIP, say("out-of-scope"))
     if kv.annotations_of(vm).get(OPT_OUT, "").lower() in ("skip", "false", "off"):
-        return Verdict(Action.SKIP, f"the VM opted out ({OPT_OUT})")
+        return Verdict(Action.SKIP, say("opted-out", annotation=OPT_OUT))
     if vmim is not None:
-        return _migration(vm, vmi, vmim, settings, now)
+        return _migration(vmi, vmim, settings, now)
     state = o.string(vm, "status", "printableStatus")
     group = GROUPS.get(state)
     if group is None or state.startswith("Migration"):
-        return Verdict(Action.SETTLED, f"the VM is {state or 'without a status'}")
+        return Verdict(Action.SETTLED, say("not-stuck", state=state))
     if group == "starting" and vmi is not None and kv.phase(vmi) == "Running":
         # KubeVirt prints Running (or Paused, Migrating, Stopping, Terminating) before any starting word whenever the
         # VMI runs (setPrintableStatus, docs/facts.md §7): this status was written from an older VMI, as
         # virt-controller does from a lagging cache after a restart, and its next sync rewrites it.
-        return Verdict(Action.SETTLED, f"the VM reads {state}, but its VMI is Running: the VM's status is behind")
+        return Verdict(Action.SETTLED, say("status-behind", state=state))
     since, instance = _since(vm, vmi, group)
     if since is None:
-        return Verdict(Action.WAIT, f"the VM is {state}, and nothing records since when (no live VMI, or a stop not "
-                                    f"yet requested)")
+        return Verdict(Action.WAIT, say("untimed", state=state))
     found = Stuck(state, group, since, instance, settings.threshold(state))
     if now - since < found.threshold:
-        return Verdict(Action.WAIT, f"the VM is {state} since {stamp(since)}, not yet {_words(found.threshold)}",
-                       found)
-    return Verdict(Action.REPORT, f"the VM is {state} since {stamp(since)}, over {_words(found.threshold)}", found)
+        return Verdict(Action.WAIT, say("not-yet", stuck=found), found)
+    return Verdict(Action.REPORT, say("past", stuck=found), found)
 
 
-def _migration(vm: Mapping, vmi: Mapping | None, vmim: Mapping, settings: Settings, now: datetime) -> Verdict:
+def _migration(vmi: Mapping | None, vmim: Mapping, settings: Settings, now: datetime) -> Verdict:
     phase = o.string(vmim, "status", "phase") or "Pending"  # a VMIM without a phase yet is pending
     if phase not in MIGRATION_PHASES:
         # a migration that failed is migration-report's; one that runs or ended is not stuck starting
-        return Verdict(Action.SETTLED if phase != "Failed" else Action.DEFER,
-                       f"the migration is {phase}" + (": migration-report explains it" if phase == "Failed" else ""))
+        return Verdict(Action.SETTLED if phase != "Failed" else Action.DEFER, say("migration-phase", phase=phase))
     if vmi is None or kv.phase(vmi) in kv.FINAL_PHASES:
-        return Verdict(Action.SETTLED, "the VMI to migrate is gone or has ended")
+        return Verdict(Action.SETTLED, say("migration-vmi-gone"))
     state = f"Migration{phase}"
     created = kv.parse_time(o.text(vmim, "metadata", "creationTimestamp"))
     if created is None:
-        return Verdict(Action.WAIT, "the migration has no creation time")
+        return Verdict(Action.WAIT, say("migration-untimed"))
     found = Stuck(state, "migrating", created, o.string(vmim, "metadata", "uid"), settings.threshold(state),
                   o.string(vmim, "metadata", "name"))
     if now - created < found.threshold:
-        return Verdict(Action.WAIT, f"the migration is {phase} since {stamp(created)}", found)
-    return Verdict(Action.REPORT, f"the migration is {phase} since {stamp(created)}, over "
-                                  f"{_words(found.threshold)}", found)
+        return Verdict(Action.WAIT, say("not-yet", stuck=found), found)
+    return Verdict(Action.REPORT, say("past", stuck=found), found)
 
 
 def _since(vm: Mapping, vmi: Mapping | None, group: str) -> tuple[datetime | None, str]:
@@ -145,6 +150,7 @@ def _since(vm: Mapping, vmi: Mapping | None, group: str) -> tuple[datetime | Non
     return None, vm_uid
 
 
+# -- why: one cause, its evidence, one next step ----------------------------------------------------
 _INSUFFICIENT = re.compile(r"(\d+) Insufficient ([A-Za-z0-9./_-]+)")
 _PLACEMENT = re.compile(r"(\d+) node\(s\) (didn't match Pod's node affinity/selector|didn't match node selector|"
                         r"had untolerated taint[^,.]*|had taint[^,.]*|didn't match pod (?:anti-)?affinity rules)")
@@ -155,78 +161,61 @@ IMAGE_PULL_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "E
 ATTACH_REASONS = ("FailedAttachVolume", "FailedMount")
 
 
-def diagnose(facts: Facts) -> Verdict:
-    """Exactly one cause, its evidence and one next step; or the cause unknown, with what was checked."""
-    s = facts.stuck
+def diagnose(s: Stuck, detail: Detail) -> Verdict:
+    """Exactly one cause, its evidence and one next step; or the cause unknown (wording lists what was checked)."""
     if s.group in ("stopping", "terminating"):
-        return _stop(facts)
-    if facts.device_conflict:  # a start blocked by a device another VM holds is device-conflict's finding
-        return Verdict(Action.DEFER, f"device-conflict reports it: {facts.device_conflict}", s)
+        return _stop(s, detail)
+    if detail.device_conflict:  # a start blocked by a device another VM holds is device-conflict's finding
+        return Verdict(Action.DEFER, say("device-conflict", summary=detail.device_conflict), s)
     for rule in (_volume_missing, _quota, _scheduling, _volume_unbound, _attach, _image, _node):
-        found = rule(facts)
+        found = rule(s, detail)
         if found is not None:
             return found
-    return _unknown(facts)
+    return _unknown(s)
 
 
-def _report(facts: Facts, cause: Cause, evidence: list[str], next_step: str) -> Verdict:
-    s = facts.stuck
-    return Verdict(Action.REPORT, f"{state_words(s)} since {stamp(s.since)}: {cause.value}", s, cause,
-                   tuple(evidence), next_step, checked_words(facts))
+def _report(s: Stuck, cause: Cause, evidence: list[Say], step: Say) -> Verdict:
+    return Verdict(Action.REPORT, say("reported", stuck=s, cause=cause), s, cause, tuple(evidence), step)
 
 
-def _stop(facts: Facts) -> Verdict:
-    node = facts.node
-    if node is not None and facts.vmi_finalizers and node.ready != "True":
-        evidence = [f"the VMI was asked to stop (deletionTimestamp set) and still has the finalizers "
-                    f"{', '.join(facts.vmi_finalizers)}" if facts.vmi_deleting else
-                    f"the VMI still has the finalizers {', '.join(facts.vmi_finalizers)}",
-                    node_words(node)]
-        return _report(facts, Cause.STOP_NOT_HONOURED, evidence,
-                       f"Bring node {node.name} back (virt-handler on it completes the stop). If the node is gone "
-                       f"for good, power it off for certain and then delete its Node object "
-                       f"(`kubectl delete node {node.name}`): KubeVirt then fails the VMI and the stop completes. "
-                       f"Do not remove the finalizers by hand while the guest may still run there.")
-    return _unknown(facts)
+def _stop(s: Stuck, d: Detail) -> Verdict:
+    node = d.node
+    if node is not None and d.vmi_finalizers and node.ready != "True":
+        evidence = [say("finalizers", deleting=d.vmi_deleting, finalizers=d.vmi_finalizers), say("node", node=node)]
+        return _report(s, Cause.STOP_NOT_HONOURED, evidence, say("bring-back-or-delete-node", node=node.name))
+    return _unknown(s)
 
 
-def _volume_missing(facts: Facts) -> Verdict | None:
-    missing = [v for v in facts.volumes if not v.found]
+def _volume_missing(s: Stuck, d: Detail) -> Verdict | None:
+    missing = [v for v in d.volumes if not v.found]
     if not missing:
         return None
     v = missing[0]
-    evidence = [f"volume {v.volume} names PVC {v.claim}, which does not exist"]
-    evidence += [f"{e.on}: {e.reason}: {e.message}" for e in facts.kubevirt_events if e.reason == "FailedPvcNotFound"]
-    return _report(facts, Cause.VOLUME_MISSING, evidence,
-                   f"Create PVC {v.claim} (or restore it), or edit the VM so that volume {v.volume} names a PVC "
-                   f"that exists; KubeVirt starts the VM once it appears.")
+    evidence = [say("claim-missing", volume=v.volume, claim=v.claim)]
+    evidence += [say("kubevirt-event", event=e) for e in d.kubevirt_events if e.reason == "FailedPvcNotFound"]
+    return _report(s, Cause.VOLUME_MISSING, evidence, say("create-claim", volume=v.volume, claim=v.claim))
 
 
-def _quota(facts: Facts) -> Verdict | None:
-    refused = [e for e in facts.kubevirt_events if e.reason == "FailedCreate" and _QUOTA.search(e.message)]
-    if not refused and not facts.quotas:
+def _quota(s: Stuck, d: Detail) -> Verdict | None:
+    refused = [e for e in d.kubevirt_events if e.reason == "FailedCreate" and _QUOTA.search(e.message)]
+    if not refused and not d.quotas:
         return None
-    evidence = [f"{e.on}: {e.reason}: {e.message}" for e in refused[:1]]
-    evidence += [f"ResourceQuota {q.name}: {q.resource} used {q.used} of {q.hard}, the "
-                 f"{facts.pod_looked_for or 'launcher'} pod needs {q.requested}" for q in facts.quotas]
-    which = facts.quotas[0].name if facts.quotas else "the namespace's ResourceQuota"
-    what = "migrate" if facts.stuck.group == "migrating" else "start"
-    return _report(facts, Cause.QUOTA, evidence,
-                   f"Raise {which} (`kubectl edit resourcequota {which}`) or free room in the namespace: the "
-                   f"{'target' if what == 'migrate' else 'launcher'} pod must fit beside the pods already counted "
-                   f"(a migration briefly needs the VM's resources twice), then KubeVirt retries and the VM can "
-                   f"{what}.")
+    evidence = [say("kubevirt-event", event=e) for e in refused[:1]]
+    evidence += [say("quota", quota=q, looked_for=d.pod_looked_for) for q in d.quotas]
+    which = d.quotas[0].name if d.quotas else ""
+    return _report(s, Cause.QUOTA, evidence, say("raise-quota", quota=which, migrating=s.group == "migrating"))
 
 
-def _scheduling(facts: Facts) -> Verdict | None:
-    pod = facts.pod
+def _scheduling(s: Stuck, d: Detail) -> Verdict | None:
+    pod = d.pod
     if pod is None or pod.scheduled is None or pod.scheduled[0] != "False":
         return None
     message = pod.scheduled[2] or next((e.message for e in pod.events if e.reason == "FailedScheduling"), "")
     failed = [e for e in pod.events if e.reason == "FailedScheduling"]
-    evidence = [f"pod {pod.name}: PodScheduled=False ({pod.scheduled[1]}): {message}"]
+    evidence = [say("pod-scheduled", pod=pod.name, status=pod.scheduled[0], reason=pod.scheduled[1],
+                    message=message)]
     if failed:
-        evidence.append(f"{failed[-1].on}: FailedScheduling ×{failed[-1].count}: {failed[-1].message}")
+        evidence.append(say("event", event=failed[-1]))
     reasons: list[tuple[int, int, str, str]] = []  # (nodes, order, kind, detail)
     for count, resource in _INSUFFICIENT.findall(message):
         reasons.append((int(count), 0, "insufficient", resource.rstrip(".")))
@@ -235,114 +224,83 @@ def _scheduling(facts: Facts) -> Verdict | None:
     for count in _CORDONED.findall(message):
         reasons.append((int(count), 2, "cordoned", ""))
     if _UNBOUND.search(message):
-        return _volume_unbound(facts, evidence) or _report(
-            facts, Cause.VOLUME_UNBOUND, evidence, "Bind the VM's PVCs: check their StorageClass and provisioner.")
+        return _volume_unbound(s, d, evidence) or _report(s, Cause.VOLUME_UNBOUND, evidence, say("bind-claims"))
     if not reasons:
         return None  # the scheduler said something we cannot read: unknown, with its message among the checks
     _, _, kind, detail = max(reasons, key=lambda r: (r[0], -r[1]))
     if kind == "insufficient":
-        return _insufficient(facts, detail, evidence)
+        return _insufficient(s, d, detail, evidence)
     if kind == "placement":
-        return _report(facts, Cause.PLACEMENT, evidence,
-                       "No node matches the VM's placement: relax `spec.template.spec.nodeSelector` / `affinity`, "
-                       "add a toleration for the nodes' taints, or label / untaint a node that should run it.")
-    cordoned = "Uncordon a node (`kubectl uncordon <node>`) once its maintenance is over, or add capacity"
-    return _report(facts, Cause.NODE_UNSCHEDULABLE, evidence, f"The nodes that would fit are cordoned "
-                   f"(maintenance or a drain). {cordoned}; the scheduler retries by itself.")
+        return _report(s, Cause.PLACEMENT, evidence, say("relax-placement"))
+    return _report(s, Cause.NODE_UNSCHEDULABLE, evidence, say("uncordon"))
 
 
-def _insufficient(facts: Facts, resource: str, evidence: list[str]) -> Verdict:
-    having = facts.nodes_with.get(resource)
-    if resource in facts.device_resources and having is not None and len(having) == 1:
-        evidence.append(f"only node {having[0]} of {facts.nodes_total} has any {resource}")
-        return _report(facts, Cause.DEVICE_ON_ONE_NODE, evidence,
-                       f"Only {having[0]} has {resource}: free it there (stop the VM holding it), or give this VM "
-                       f"another device type; the VM can run nowhere else.")
-    if resource in facts.device_resources and having is not None and not having:
-        evidence.append(f"no node has any {resource}")
-    what = "device" if resource in facts.device_resources or "/" in resource else resource
-    return _report(facts, Cause.INSUFFICIENT, evidence,
-                   f"No node has the {what} the VM requests free ({resource}): free it (stop or move another VM), "
-                   f"lower the VM's request, or add a node with more; the scheduler retries by itself.")
+def _insufficient(s: Stuck, d: Detail, resource: str, evidence: list[Say]) -> Verdict:
+    having = d.nodes_with.get(resource)
+    if resource in d.device_resources and having is not None and len(having) == 1:
+        evidence.append(say("only-node-has", node=having[0], total=d.nodes_total, resource=resource))
+        return _report(s, Cause.DEVICE_ON_ONE_NODE, evidence, say("free-device", node=having[0], resource=resource))
+    if resource in d.device_resources and having is not None and not having:
+        evidence.append(say("no-node-has", resource=resource))
+    device = resource in d.device_resources or "/" in resource
+    return _report(s, Cause.INSUFFICIENT, evidence, say("free-resource", resource=resource, device=device))
 
 
-def _volume_unbound(facts: Facts, evidence: list[str] | None = None) -> Verdict | None:
-    pending = [v for v in facts.volumes if v.found and v.phase and v.phase != "Bound"]
+def _volume_unbound(s: Stuck, d: Detail, evidence: list[Say] | None = None) -> Verdict | None:
+    pending = [v for v in d.volumes if v.found and v.phase and v.phase != "Bound"]
     if not pending:
         return None
     v = pending[0]
     out = list(evidence or ())
-    out.append(f"PVC {v.claim} is {v.phase}" + (f", StorageClass {v.storage_class}" if v.storage_class else
-                                                ", with no StorageClass"))
+    out.append(say("claim-pending", volume=v))
     if v.storage_class and v.class_found is False:
-        out.append(f"StorageClass {v.storage_class} does not exist")
-        step = (f"Create StorageClass {v.storage_class}, or recreate PVC {v.claim} with a StorageClass that "
-                f"exists (`kubectl get storageclass`).")
+        out.append(say("class-missing", name=v.storage_class))
+        step = say("create-class", volume=v)
     elif v.storage_class:
-        out.append(f"StorageClass {v.storage_class}: provisioner {v.provisioner or 'unknown'}"
-                   + (f", volumeBindingMode {v.binding_mode}" if v.binding_mode else ""))
-        step = (f"Check provisioner {v.provisioner or 'of ' + v.storage_class} (its pods and its Events on PVC "
-                f"{v.claim}, `kubectl describe pvc {v.claim}`): it has not provisioned a volume.")
+        out.append(say("class", volume=v))
+        step = say("check-provisioner", volume=v)
     else:
-        step = f"Give PVC {v.claim} a StorageClass, or create a PersistentVolume it can bind to."
-    return _report(facts, Cause.VOLUME_UNBOUND, out, step)
+        step = say("give-class", volume=v)
+    return _report(s, Cause.VOLUME_UNBOUND, out, step)
 
 
-def _attach(facts: Facts) -> Verdict | None:
-    pod = facts.pod
+def _attach(s: Stuck, d: Detail) -> Verdict | None:
+    pod = d.pod
     failed = [e for e in (pod.events if pod else ()) if e.reason in ATTACH_REASONS]
     if not failed:
         return None
-    event = failed[-1]
-    evidence = [f"{event.on}: {event.reason} ×{event.count}: {event.message}"]
-    longhorn = [v for v in facts.volumes if v.longhorn]
-    for v in longhorn:
-        evidence.append(f"PVC {v.claim} → Longhorn volume {v.longhorn}: state {v.longhorn_state or 'unknown'}, "
-                        f"robustness {v.longhorn_robustness or 'unknown'}")
+    evidence = [say("event", event=failed[-1])]
+    longhorn = [v for v in d.volumes if v.longhorn]
+    evidence += [say("longhorn", volume=v) for v in longhorn]
     bad = next((v for v in longhorn if v.longhorn_robustness == "faulted"), None)
     if bad is not None:
-        step = (f"Longhorn volume {bad.longhorn} is faulted (no healthy replica): salvage it in the Longhorn UI "
-                f"(Volume → Salvage) or restore it from a backup, then the attach succeeds.")
+        step = say("salvage", volume=bad.longhorn)
     elif longhorn:
-        step = (f"See why Longhorn cannot attach {longhorn[0].longhorn} to node {pod.node if pod else '?'}: its "
-                f"replicas and engine in the Longhorn UI, and longhorn-manager's log on that node.")
+        step = say("longhorn-attach", volume=longhorn[0].longhorn, node=pod.node if pod else "")
     else:
-        step = "See why the CSI driver cannot attach or mount the volume: `kubectl describe` the VolumeAttachment " \
-               "and the driver's node plugin log on the pod's node."
-    return _report(facts, Cause.VOLUME_ATTACH, evidence, step)
+        step = say("csi-attach")
+    return _report(s, Cause.VOLUME_ATTACH, evidence, step)
 
 
-def _image(facts: Facts) -> Verdict | None:
-    pod = facts.pod
+def _image(s: Stuck, d: Detail) -> Verdict | None:
+    pod = d.pod
     waiting = [w for w in (pod.waiting if pod else ()) if w[1] in IMAGE_PULL_REASONS]
-    if not waiting:
+    if not waiting or pod is None:
         return None
     container, reason, message = waiting[0]
-    return _report(facts, Cause.IMAGE_PULL, [f"pod {pod.name if pod else '?'}: container {container} waits: "
-                                             f"{reason}: {message}"],
-                   f"Fix the image the VM's {container} container pulls (its name and tag, the registry's "
-                   f"reachability from node {pod.node if pod and pod.node else '?'}, an imagePullSecret); the kubelet "
-                   f"retries by itself.")
+    return _report(s, Cause.IMAGE_PULL, [say("waiting", pod=pod.name, container=container, reason=reason,
+                                             message=message)],
+                   say("fix-image", container=container, node=pod.node))
 
 
-def _node(facts: Facts) -> Verdict | None:
-    node = facts.node
+def _node(s: Stuck, d: Detail) -> Verdict | None:
+    node = d.node
     if node is None or (node.ready == "True" and not node.unschedulable) or not node.found:
         return None
     if node.ready == "True":
         return None  # cordoned but Ready: a pod already bound there still starts
-    return _report(facts, Cause.NODE_NOT_READY, [node_words(node)],
-                   f"Bring node {node.name} back (its kubelet and virt-handler); or stop the VM and start it again "
-                   f"so that it is placed on a Ready node.")
+    return _report(s, Cause.NODE_NOT_READY, [say("node", node=node)], say("bring-back-node", node=node.name))
 
 
-def _unknown(facts: Facts) -> Verdict:
-    s = facts.stuck
-    return Verdict(Action.REPORT, f"{state_words(s)} since {stamp(s.since)}: cause unknown", s, Cause.UNKNOWN, (),
-                   "The cause is not among the facts checked: read `kubectl describe vm`, the VMI and its launcher "
-                   "pod, and virt-controller's and virt-handler's logs.", checked_words(facts))
-
-
-def _words(delta: timedelta) -> str:
-    minutes = int(delta.total_seconds() // 60)
-    return f"{minutes}m" if minutes < 120 else f"{minutes // 60}h{minutes % 60:02d}m"
+def _unknown(s: Stuck) -> Verdict:
+    return Verdict(Action.REPORT, say("reported", stuck=s, cause=Cause.UNKNOWN), s, Cause.UNKNOWN, (), say("look"))

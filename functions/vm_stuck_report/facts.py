@@ -1,11 +1,13 @@
-"""What vm-stuck-report reads about one stuck VM, as values: the stuck state, the pod, volumes, node, quotas and
-Events; the ResourceQuota arithmetic; and the words for what was checked. Pure (decide.py's rules apply)."""
+"""What vm-stuck-report reads, as values: the VM, its VMI and VMIM (`Facts`), and for a VM stuck past its threshold
+what explains it (`Detail`): the pod, volumes, node, quotas and Events; with the ResourceQuota arithmetic. Pure
+(decide.py's rules apply); the words for all of it are wording.py's."""
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from shared import objects as o
 
@@ -80,10 +82,9 @@ class QuotaFacts:
 
 
 @dataclass(frozen=True)
-class Facts:
-    """What the handler read fresh about one stuck VM."""
+class Detail:
+    """What the handler read fresh to explain one stuck VM (only for a VM stuck past its threshold)."""
 
-    stuck: Stuck
     vmi_deleting: bool = False
     vmi_finalizers: tuple[str, ...] = ()
     pod: PodFacts | None = None
@@ -98,46 +99,17 @@ class Facts:
     device_conflict: str = ""                           # device-conflict's open finding on this VM (its summary)
 
 
+@dataclass(frozen=True)
+class Facts:
+    """What the handler read fresh for one decision: the VM, its VMI, the VMIM of a migration that does not start
+    (`migration_gone`: the event named one that no longer exists); and, once the VM is found stuck past its
+    threshold, the `detail` that explains it."""
 
-def checked_words(facts: Facts) -> tuple[str, ...]:
-    """What was looked at, in words: an unknown cause says it, and every report lists it."""
-    out = []
-    pod = facts.pod
-    if pod is None:
-        out.append(f"no {facts.pod_looked_for or 'launcher'} pod exists")
-    else:
-        sched = f"PodScheduled={pod.scheduled[0]}" + (f" ({pod.scheduled[1]}: {pod.scheduled[2]})"
-                                                        if pod.scheduled[0] != "True" else "") \
-            if pod.scheduled else "no PodScheduled condition"
-        waiting = "; ".join(f"{c} waiting {r}" for c, r, _ in pod.waiting) or "no container waiting on an error"
-        reasons = sorted({e.reason for e in pod.events}) or ["none"]
-        out.append(f"{facts.pod_looked_for or 'launcher'} pod {pod.name}: phase {pod.phase or 'unknown'}, {sched}, "
-                   f"{waiting}, its Events: {', '.join(reasons)}")
-    for v in facts.volumes:
-        out.append(f"PVC {v.claim}: " + ("not found" if not v.found else f"{v.phase or 'no phase'}"
-                                         + (f", Longhorn {v.longhorn} {v.longhorn_state}/{v.longhorn_robustness}"
-                                            if v.longhorn else "")))
-    if facts.node is not None:
-        out.append(node_words(facts.node))
-    out.append("ResourceQuotas: " + (", ".join(q.name for q in facts.quotas) or "none exceeded"))
-    kv_reasons = sorted({e.reason for e in facts.kubevirt_events}) or ["none"]
-    out.append(f"KubeVirt's Events on the VM, VMI and migration: {', '.join(kv_reasons)}")
-    return tuple(out)
-
-
-def node_words(node: NodeFacts) -> str:
-    if not node.found:
-        return f"node {node.name} does not exist"
-    ready = f"Ready={node.ready or 'unknown'}" + (f" ({node.ready_reason})" if node.ready_reason else "") \
-        + (f" since {node.ready_since}" if node.ready_since else "")
-    return f"node {node.name}: {ready}" + (", cordoned (unschedulable)" if node.unschedulable else "") \
-        + (f", taints {', '.join(node.taints)}" if node.taints else "")
-
-
-def state_words(s: Stuck) -> str:
-    if s.migration:
-        return f"migration {s.migration} {s.state.removeprefix('Migration')}"
-    return s.state
+    vm: Mapping[str, Any] | None
+    vmi: Mapping[str, Any] | None = None
+    vmim: Mapping[str, Any] | None = None
+    migration_gone: bool = False
+    detail: Detail | None = None
 
 
 # -- quantities (the ResourceQuota check) -----------------------------------------------------------
@@ -174,8 +146,3 @@ def exceeded(quota: Mapping, requests: Mapping[str, str]) -> tuple[QuotaFacts, .
         if limit is not None and now is not None and need is not None and now + need > limit + 1e-9:
             out.append(QuotaFacts(name, resource, hard[resource], used.get(resource, "0"), value))
     return tuple(out)
-
-
-def stamp(when: datetime) -> str:
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-

@@ -4,11 +4,11 @@ to do.
 KubeVirt's own alerts say only *that* a VM is stuck (VirtualMachineStuckInUnhealthyState,
 VirtualMachineStuckOnNode; docs/facts.md §7); the facts that say *why* are scattered over the cluster. The
 flow: on_event and rescan → converge: read the VM, its VMI (and VMIM), decide whether it is stuck past its
-threshold (decide.stuck); only then read what explains it — the launcher (or migration target) pod, its
-scheduling condition and Events, the PVCs, StorageClasses and Longhorn volumes, the node, the ResourceQuotas,
-KubeVirt's Events — and diagnose (decide.diagnose) → report: one finding per episode (shared/ledger.py), in
-one `VMStuck` Event on the VM, `.detected` once and `.resolved` once when the VM settles. It changes nothing
-but Events.
+threshold (decide.decide); only when it is (`Action.EXPLAIN`) read what explains it (reads.py) — the launcher
+(or migration target) pod, its scheduling condition and Events, the PVCs, StorageClasses and Longhorn volumes,
+the node, the ResourceQuotas, KubeVirt's Events — and decide again on those facts → report: one finding per
+episode (shared/ledger.py), in one `VMStuck` Event on the VM, `.detected` once and `.resolved` once when the VM
+settles. It changes nothing but Events; every sentence it writes is wording.py's.
 """
 from __future__ import annotations
 
@@ -16,15 +16,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from functions.vm_stuck_report.decide import (
-    Action,
-    Verdict,
-    diagnose,
-    stuck,
-)
-from functions.vm_stuck_report.reads import read_facts, source_of
+from functions.vm_stuck_report import wording
+from functions.vm_stuck_report.decide import Action, Verdict, decide, say
+from functions.vm_stuck_report.facts import Detail, Facts
+from functions.vm_stuck_report.reads import read_detail, source_of
 from functions.vm_stuck_report.settings import GROUPS, MIGRATION_PHASES, Settings
-from functions.vm_stuck_report.wording import FUNCTION, event_message, finding, resolved_message
+from functions.vm_stuck_report.wording import FUNCTION
 from shared import objects as o
 from shared import rescan as rescans
 from shared.finding import summary
@@ -83,8 +80,7 @@ def rescan(ctx: KubeContext[Settings], delivery: str) -> Outcome:
                        started=began, rotation=rescans.tick_number(ctx.clock()))
     replies = sorted(scan.results, key=lambda r: (r.subject or "", r.type))
     renewed = ledger.renew_stale([r for r in on_record if r.open], ctx.clock())
-    reason = (f"scanned {scanned['vms']} VM(s) and {scanned['migrations']} migration(s), {len(candidates)} in a "
-              f"stuck state or on record; {len(replies)} notice(s), {renewed} renewed; {scan.progress()}")
+    reason = wording.scanned_reason(scanned, len(candidates), len(replies), renewed, scan.progress())
     reply = summary(FUNCTION, "scanned", f"/vmevents/{FUNCTION}/rescan", replies, reason, scanned)
     return Outcome("rescan", effect=f"reported-{len(replies)}" if reply else "none", reason=reason, reply=reply)
 
@@ -95,27 +91,26 @@ def converge(found: Target, ctx: KubeContext[Settings], delivery: str = "", *, t
     vmim = ctx.kube.get(VMIM, found.namespace, found.migration) if found.migration else None
     if found.migration and not found.name:  # a Reference-mode VMIM event: the VMIM names its VMI
         if vmim is None or not o.text(vmim, "spec", "vmiName"):
-            return Outcome("gone", subject=_subject(found), reason="the migration no longer exists")
+            return Outcome("gone", subject=_subject(found), reason=wording.said(say("migration-gone")))
         found = replace(found, name=o.string(vmim, "spec", "vmiName"))
     vm = ctx.kube.get(VM, found.namespace, found.name)
     vmi = ctx.kube.get(VMI, found.namespace, found.name) if vm is not None else None
-    if found.migration and vmim is None:
-        verdict = Verdict(Action.SETTLED, "the migration no longer exists")
-    else:
-        verdict = stuck(vm, vmi, vmim, ctx.settings, ctx.clock())
+    facts, now = Facts(vm, vmi, vmim, migration_gone=bool(found.migration) and vmim is None), ctx.clock()
+    verdict = decide(facts, ctx.settings, now)
     subject = _subject(found)
     if verdict.action is Action.WAIT and not tick:  # an event as a VM begins to start: nothing more to read yet
-        return Outcome(verdict.action.value, subject=subject, reason=verdict.reason)
+        return Outcome(verdict.action.value, subject=subject, reason=wording.reason(verdict))
     events = list(ctx.kube.list(EVENT, found.namespace, field_selector=f"involvedObject.name={found.name}"))
     records = _records(events, found)
     for record in records:  # a redelivery of the event that opened or ended an episode answers as it did
         notice = Ledger.replay(record, delivery)
         if notice is not None:
-            return Outcome("replay", effect=notice.transition, subject=subject, reason="a redelivered event",
+            return Outcome("replay", effect=notice.transition, subject=subject, reason=wording.REDELIVERED,
                            reply=notice.reply())
-    if verdict.action is Action.REPORT and verdict.stuck is not None and vm is not None:
-        verdict = diagnose(read_facts(ctx, verdict.stuck, vm, vmi, vmim, events))
-    return act(verdict, found, vm, records, ctx, delivery, tick, looked)
+    if verdict.action is Action.EXPLAIN and verdict.stuck is not None and vm is not None:
+        facts = replace(facts, detail=read_detail(ctx, verdict.stuck, vm, vmi, vmim, events))
+        verdict = decide(facts, ctx.settings, now)
+    return act(verdict, found, vm, facts.detail, records, ctx, delivery, tick, looked)
 
 
 # -- parse: which VM is this event about? (no API calls) ------------------------------------------
@@ -191,31 +186,30 @@ def _records(events: list[dict], found: Target) -> list[Record]:
     return out
 
 
-def act(verdict: Verdict, found: Target, vm: dict | None, records: list[Record], ctx: KubeContext[Settings],
-        delivery: str, tick: bool, looked: datetime | None = None) -> Outcome:
+def act(verdict: Verdict, found: Target, vm: dict | None, detail: Detail | None, records: list[Record],
+        ctx: KubeContext[Settings], delivery: str, tick: bool, looked: datetime | None = None) -> Outcome:
     subject, now, ledger = _subject(found), ctx.clock(), _ledger(ctx)
     s = verdict.stuck
     episode = s.instance if verdict.action is Action.REPORT and s is not None else None
     waiting = s.instance if verdict.action is Action.WAIT and s is not None else None
     ended = []
     for record in (r for r in records if r.open and r.finding.key not in (episode, waiting)):
-        because = ("a new episode began (another VMI or migration)" if episode is not None else
-                   f"the VMI it was about is gone or was replaced ({verdict.reason})"
-                   if verdict.action is Action.WAIT else verdict.reason)
-        notice = ledger.resolve(record, delivery, now, summary=resolved_message(record, because),
+        because = (wording.new_episode() if episode is not None else
+                   wording.replaced(verdict) if verdict.action is Action.WAIT else wording.reason(verdict))
+        notice = ledger.resolve(record, delivery, now, summary=wording.resolved_message(record, because),
                                 details={"because": because})
         if notice is not None:  # a VMStuckResolved Event tells the end, beside the finding's Warning
             ended.append(notice.reply())
     if episode is None or vm is None or s is None:
         return Outcome(verdict.action.value, effect="resolved" if ended else "none", subject=subject,
-                       reason=verdict.reason, reply=ended[0] if ended else None)
-    opened = finding(verdict, vm, found.migration)
+                       reason=wording.reason(verdict), reply=ended[0] if ended else None)
+    opened = wording.finding(verdict, vm, found.migration, detail)
     current = next((r for r in records if r.open and r.finding.key == episode), None)
     changed = current is not None and current.finding.details.get("cause") != opened.details.get("cause")
-    notice = ledger.sighted(opened, vm, delivery, now, message=event_message(verdict, vm, found.migration),
+    notice = ledger.sighted(opened, vm, delivery, now, message=opened.summary,
                             count=not tick, update=changed, looked=looked)
     if notice is None:
-        return Outcome(verdict.action.value, effect="seen-again", subject=subject, reason=verdict.reason,
+        return Outcome(verdict.action.value, effect="seen-again", subject=subject, reason=wording.reason(verdict),
                        reply=ended[0] if ended else None)
     return Outcome(verdict.action.value, effect=f"detected-{verdict.cause.value if verdict.cause else 'unknown'}",
-                   subject=subject, reason=verdict.reason, reply=notice.reply())
+                   subject=subject, reason=wording.reason(verdict), reply=notice.reply())

@@ -1,6 +1,6 @@
-"""vm-stuck-report's reads: what explains one stuck VM, read fresh and turned into facts (facts.py) — the launcher or
-migration target pod, its condition, container states and Events; the PVCs, StorageClasses, PVs and Longhorn
-volumes; the node; the ResourceQuotas; KubeVirt's Events. Only what the state can need is read."""
+"""vm-stuck-report's reads: what explains one stuck VM, read fresh and turned into its Detail (facts.py) — the
+launcher or migration target pod, its condition, container states and Events; the PVCs, StorageClasses, PVs and
+Longhorn volumes; the node; the ResourceQuotas; KubeVirt's Events. Only what the state can need is read."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -8,8 +8,8 @@ from dataclasses import replace
 
 from functions.vm_stuck_report.decide import ATTACH_REASONS
 from functions.vm_stuck_report.facts import (
+    Detail,
     EventFact,
-    Facts,
     NodeFacts,
     PodFacts,
     Stuck,
@@ -35,8 +35,8 @@ KUBEVIRT_REASONS = ("FailedCreate", "FailedPvcNotFound", "FailedScheduling")
 DEVICE_CONFLICT = "device-conflict"
 
 
-def read_facts(ctx: KubeContext[Settings], s: Stuck, vm: dict, vmi: dict | None, vmim: dict | None,
-               events: list[dict]) -> Facts:
+def read_detail(ctx: KubeContext[Settings], s: Stuck, vm: dict, vmi: dict | None, vmim: dict | None,
+                events: list[dict]) -> Detail:
     """Everything decide.diagnose looks at, read fresh; nothing is read that the state cannot need."""
     namespace = kv.meta(vm).get("namespace") or "default"
     vmi_uid = kv.meta(vmi).get("uid") if vmi else None
@@ -44,14 +44,14 @@ def read_facts(ctx: KubeContext[Settings], s: Stuck, vm: dict, vmi: dict | None,
     kubevirt_events = tuple(_event(e) for e in events if e.get("reason") in KUBEVIRT_REASONS
                             and _current(e, s, vmi_uid))
     if s.group in ("stopping", "terminating"):
-        return Facts(s, vmi_deleting=bool(kv.meta(vmi).get("deletionTimestamp")) if vmi else False,
+        return Detail(vmi_deleting=bool(kv.meta(vmi).get("deletionTimestamp")) if vmi else False,
                      vmi_finalizers=tuple(str(f) for f in o.array(vmi, "metadata", "finalizers")) if vmi else (),
                      node=_node(ctx, o.string(vmi, "status", "nodeName")) if vmi else None,
                      kubevirt_events=kubevirt_events)
     conflict = next((r.finding.summary for r in (record_of(e) for e in events if source_of(e) == DEVICE_CONFLICT)
                      if r is not None and r.open and r.involved.get("kind") == "VirtualMachine"), "")
     if conflict:
-        return Facts(s, device_conflict=conflict)
+        return Detail(device_conflict=conflict)
     looked_for = "migration target" if vmim else "launcher"
     selector = f"{MIGRATION_JOB}={kv.meta(vmim).get('uid')}" if vmim else (f"{CREATED_BY}={vmi_uid}" if vmi_uid
                                                                              else None)
@@ -81,7 +81,7 @@ def read_facts(ctx: KubeContext[Settings], s: Stuck, vm: dict, vmi: dict | None,
             nodes_with[device] = tuple(sorted(
                 o.string(n, "metadata", "name") for n in nodes
                 if (quantity(o.strings(n, "status", "allocatable").get(device)) or 0) > 0))
-    return Facts(s, vmi_deleting=bool(kv.meta(vmi).get("deletionTimestamp")) if vmi else False,
+    return Detail(vmi_deleting=bool(kv.meta(vmi).get("deletionTimestamp")) if vmi else False,
                  pod=pod_facts, pod_looked_for=looked_for, volumes=volumes,
                  node=_node(ctx, node_name) if node_name else None, quotas=quotas, kubevirt_events=kubevirt_events,
                  device_resources=devices, nodes_with=nodes_with, nodes_total=total)

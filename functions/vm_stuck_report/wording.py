@@ -1,10 +1,14 @@
-"""What people read about a stuck VM: the Event's sentence, the finding (its report: cause, evidence, next step)
-and the end of an episode."""
+"""What people read about a stuck VM: the reasons in the log, the Event's sentence, the finding (its report: cause,
+evidence, next step, what was checked) and the end of an episode. decide.py says what to tell as `Say` values; each
+kind is worded here, and nowhere else."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
 
-from functions.vm_stuck_report.decide import Verdict, stamp
+from functions.vm_stuck_report.decide import Say, Verdict
+from functions.vm_stuck_report.facts import Detail, NodeFacts, Stuck
 from shared import kubevirt as kv
 from shared.finding import Finding
 from shared.ledger import Record
@@ -12,12 +16,215 @@ from shared.ledger import Record
 FUNCTION = "vm-stuck-report"
 
 
+def stamp(when: datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def duration(delta: timedelta) -> str:
+    minutes = int(delta.total_seconds() // 60)
+    return f"{minutes}m" if minutes < 120 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def state_words(s: Stuck) -> str:
+    if s.migration:
+        return f"migration {s.migration} {s.state.removeprefix('Migration')}"
+    return s.state
+
+
+# -- the reason (the log line; a resolution's `because`) -------------------------------------------------
+def _since_words(s: Stuck, over: bool) -> str:
+    what = f"the migration is {s.state.removeprefix('Migration')}" if s.migration else f"the VM is {s.state}"
+    if over:
+        return f"{what} since {stamp(s.since)}, over {duration(s.threshold)}"
+    return f"{what} since {stamp(s.since)}" if s.migration else \
+        f"{what} since {stamp(s.since)}, not yet {duration(s.threshold)}"
+
+
+_REASONS: dict[str, Callable[..., str]] = {
+    "vm-gone": lambda: "the VM no longer exists",
+    "migration-gone": lambda: "the migration no longer exists",
+    "out-of-scope": lambda: "the VM's namespace is out of scope (VM_STUCK_NAMESPACES)",
+    "opted-out": lambda annotation: f"the VM opted out ({annotation})",
+    "not-stuck": lambda state: f"the VM is {state or 'without a status'}",
+    "status-behind": lambda state: f"the VM reads {state}, but its VMI is Running: the VM's status is behind",
+    "untimed": lambda state: (f"the VM is {state}, and nothing records since when (no live VMI, or a stop not "
+                              f"yet requested)"),
+    "not-yet": lambda stuck: _since_words(stuck, over=False),
+    "past": lambda stuck: _since_words(stuck, over=True),
+    "migration-phase": lambda phase: f"the migration is {phase}" + (": migration-report explains it"
+                                                                     if phase == "Failed" else ""),
+    "migration-vmi-gone": lambda: "the VMI to migrate is gone or has ended",
+    "migration-untimed": lambda: "the migration has no creation time",
+    "device-conflict": lambda summary: f"device-conflict reports it: {summary}",
+    "reported": lambda stuck, cause: (f"{state_words(stuck)} since {stamp(stuck.since)}: "
+                                      + ("cause unknown" if cause.value == "unknown" else cause.value)),
+}
+
+
+def reason(verdict: Verdict) -> str:
+    return said(verdict.why)
+
+
+def said(why: Say) -> str:
+    """A reason on its own (one the handler gives without a verdict)."""
+    return _word(_REASONS, why)
+
+
+REDELIVERED = "a redelivered event"
+
+
+# -- the evidence ------------------------------------------------------------------------------------
+def node_words(node: NodeFacts) -> str:
+    if not node.found:
+        return f"node {node.name} does not exist"
+    ready = f"Ready={node.ready or 'unknown'}" + (f" ({node.ready_reason})" if node.ready_reason else "") \
+        + (f" since {node.ready_since}" if node.ready_since else "")
+    return f"node {node.name}: {ready}" + (", cordoned (unschedulable)" if node.unschedulable else "") \
+        + (f", taints {', '.join(node.taints)}" if node.taints else "")
+
+
+def _finalizers(deleting: bool, finalizers: tuple[str, ...]) -> str:
+    if deleting:
+        return (f"the VMI was asked to stop (deletionTimestamp set) and still has the finalizers "
+                f"{', '.join(finalizers)}")
+    return f"the VMI still has the finalizers {', '.join(finalizers)}"
+
+
+def _claim_pending(volume: Any) -> str:
+    return f"PVC {volume.claim} is {volume.phase}" + (f", StorageClass {volume.storage_class}" if volume.storage_class
+                                                      else ", with no StorageClass")
+
+
+_EVIDENCE: dict[str, Callable[..., str]] = {
+    "kubevirt-event": lambda event: f"{event.on}: {event.reason}: {event.message}",
+    "event": lambda event: f"{event.on}: {event.reason} ×{event.count}: {event.message}",
+    "pod-scheduled": lambda pod, status, reason, message: f"pod {pod}: PodScheduled={status} ({reason}): {message}",
+    "finalizers": _finalizers,
+    "node": node_words,
+    "claim-missing": lambda volume, claim: f"volume {volume} names PVC {claim}, which does not exist",
+    "quota": lambda quota, looked_for: (f"ResourceQuota {quota.name}: {quota.resource} used {quota.used} of "
+                                        f"{quota.hard}, the {looked_for or 'launcher'} pod needs {quota.requested}"),
+    "only-node-has": lambda node, total, resource: f"only node {node} of {total} has any {resource}",
+    "no-node-has": lambda resource: f"no node has any {resource}",
+    "claim-pending": _claim_pending,
+    "class-missing": lambda name: f"StorageClass {name} does not exist",
+    "class": lambda volume: (f"StorageClass {volume.storage_class}: provisioner {volume.provisioner or 'unknown'}"
+                             + (f", volumeBindingMode {volume.binding_mode}" if volume.binding_mode else "")),
+    "longhorn": lambda volume: (f"PVC {volume.claim} → Longhorn volume {volume.longhorn}: state "
+                                f"{volume.longhorn_state or 'unknown'}, robustness "
+                                f"{volume.longhorn_robustness or 'unknown'}"),
+    "waiting": lambda pod, container, reason, message: f"pod {pod}: container {container} waits: {reason}: {message}",
+}
+
+
+def evidence(verdict: Verdict) -> list[str]:
+    return [_word(_EVIDENCE, e) for e in verdict.evidence]
+
+
+# -- the next step -------------------------------------------------------------------------------------
+def _raise_quota(quota: str, migrating: bool) -> str:
+    which = quota or "the namespace's ResourceQuota"
+    what = "migrate" if migrating else "start"
+    return (f"Raise {which} (`kubectl edit resourcequota {which}`) or free room in the namespace: the "
+            f"{'target' if migrating else 'launcher'} pod must fit beside the pods already counted (a migration "
+            f"briefly needs the VM's resources twice), then KubeVirt retries and the VM can {what}.")
+
+
+def _free_resource(resource: str, device: bool) -> str:
+    what = "device" if device else resource
+    return (f"No node has the {what} the VM requests free ({resource}): free it (stop or move another VM), lower the "
+            f"VM's request, or add a node with more; the scheduler retries by itself.")
+
+
+_STEPS: dict[str, Callable[..., str]] = {
+    "bring-back-or-delete-node": lambda node: (
+        f"Bring node {node} back (virt-handler on it completes the stop). If the node is gone for good, power it off "
+        f"for certain and then delete its Node object (`kubectl delete node {node}`): KubeVirt then fails the VMI and "
+        f"the stop completes. Do not remove the finalizers by hand while the guest may still run there."),
+    "create-claim": lambda volume, claim: (
+        f"Create PVC {claim} (or restore it), or edit the VM so that volume {volume} names a PVC that exists; KubeVirt "
+        f"starts the VM once it appears."),
+    "raise-quota": _raise_quota,
+    "bind-claims": lambda: "Bind the VM's PVCs: check their StorageClass and provisioner.",
+    "relax-placement": lambda: (
+        "No node matches the VM's placement: relax `spec.template.spec.nodeSelector` / `affinity`, add a toleration "
+        "for the nodes' taints, or label / untaint a node that should run it."),
+    "uncordon": lambda: (
+        "The nodes that would fit are cordoned (maintenance or a drain). Uncordon a node (`kubectl uncordon <node>`) "
+        "once its maintenance is over, or add capacity; the scheduler retries by itself."),
+    "free-device": lambda node, resource: (
+        f"Only {node} has {resource}: free it there (stop the VM holding it), or give this VM another device type; "
+        f"the VM can run nowhere else."),
+    "free-resource": _free_resource,
+    "create-class": lambda volume: (
+        f"Create StorageClass {volume.storage_class}, or recreate PVC {volume.claim} with a StorageClass that exists "
+        f"(`kubectl get storageclass`)."),
+    "check-provisioner": lambda volume: (
+        f"Check provisioner {volume.provisioner or 'of ' + volume.storage_class} (its pods and its Events on PVC "
+        f"{volume.claim}, `kubectl describe pvc {volume.claim}`): it has not provisioned a volume."),
+    "give-class": lambda volume: (
+        f"Give PVC {volume.claim} a StorageClass, or create a PersistentVolume it can bind to."),
+    "salvage": lambda volume: (
+        f"Longhorn volume {volume} is faulted (no healthy replica): salvage it in the Longhorn UI (Volume → Salvage) "
+        f"or restore it from a backup, then the attach succeeds."),
+    "longhorn-attach": lambda volume, node: (
+        f"See why Longhorn cannot attach {volume} to node {node or '?'}: its replicas and engine in the Longhorn UI, "
+        f"and longhorn-manager's log on that node."),
+    "csi-attach": lambda: (
+        "See why the CSI driver cannot attach or mount the volume: `kubectl describe` the VolumeAttachment and the "
+        "driver's node plugin log on the pod's node."),
+    "fix-image": lambda container, node: (
+        f"Fix the image the VM's {container} container pulls (its name and tag, the registry's reachability from "
+        f"node {node or '?'}, an imagePullSecret); the kubelet retries by itself."),
+    "bring-back-node": lambda node: (
+        f"Bring node {node} back (its kubelet and virt-handler); or stop the VM and start it again so that it is "
+        f"placed on a Ready node."),
+    "look": lambda: (
+        "The cause is not among the facts checked: read `kubectl describe vm`, the VMI and its launcher pod, and "
+        "virt-controller's and virt-handler's logs."),
+}
+
+
+def next_step(verdict: Verdict) -> str:
+    return _word(_STEPS, verdict.step) if verdict.step is not None else ""
+
+
+# -- what was checked ----------------------------------------------------------------------------------
+def checked(detail: Detail | None) -> list[str]:
+    """What was looked at, in words: an unknown cause says it, and every report lists it."""
+    if detail is None:
+        return []
+    out = []
+    pod = detail.pod
+    if pod is None:
+        out.append(f"no {detail.pod_looked_for or 'launcher'} pod exists")
+    else:
+        sched = f"PodScheduled={pod.scheduled[0]}" + (f" ({pod.scheduled[1]}: {pod.scheduled[2]})"
+                                                        if pod.scheduled[0] != "True" else "") \
+            if pod.scheduled else "no PodScheduled condition"
+        waiting = "; ".join(f"{c} waiting {r}" for c, r, _ in pod.waiting) or "no container waiting on an error"
+        reasons = sorted({e.reason for e in pod.events}) or ["none"]
+        out.append(f"{detail.pod_looked_for or 'launcher'} pod {pod.name}: phase {pod.phase or 'unknown'}, {sched}, "
+                   f"{waiting}, its Events: {', '.join(reasons)}")
+    for v in detail.volumes:
+        out.append(f"PVC {v.claim}: " + ("not found" if not v.found else f"{v.phase or 'no phase'}"
+                                         + (f", Longhorn {v.longhorn} {v.longhorn_state}/{v.longhorn_robustness}"
+                                            if v.longhorn else "")))
+    if detail.node is not None:
+        out.append(node_words(detail.node))
+    out.append("ResourceQuotas: " + (", ".join(q.name for q in detail.quotas) or "none exceeded"))
+    kv_reasons = sorted({e.reason for e in detail.kubevirt_events}) or ["none"]
+    out.append(f"KubeVirt's Events on the VM, VMI and migration: {', '.join(kv_reasons)}")
+    return out
+
+
+# -- the finding ---------------------------------------------------------------------------------------
 def _vm_name(vm: Mapping) -> str:
     meta = kv.meta(vm)
     return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
 
 
-def event_message(verdict: Verdict, vm: Mapping, migration: str | None) -> str:
+def event_message(verdict: Verdict, vm: Mapping, migration: str | None, detail: Detail | None) -> str:
     """One sentence about the stuck VM, stable while its facts are: recording it again raises the count."""
     s = verdict.stuck
     assert s is not None
@@ -25,21 +232,21 @@ def event_message(verdict: Verdict, vm: Mapping, migration: str | None) -> str:
     cause = verdict.cause.value if verdict.cause else "unknown"
     head = f"VM {_vm_name(vm)} {what} since {stamp(s.since)}"
     if cause == "unknown":
-        return f"{head}; the cause is unknown (checked: {'; '.join(verdict.checked)}). {verdict.next_step}"
-    return f"{head}: {cause}: {'; '.join(verdict.evidence)}. Next: {verdict.next_step}"
+        return f"{head}; the cause is unknown (checked: {'; '.join(checked(detail))}). {next_step(verdict)}"
+    return f"{head}: {cause}: {'; '.join(evidence(verdict))}. Next: {next_step(verdict)}"
 
 
-def report_data(verdict: Verdict, vm: Mapping, migration: str | None) -> dict:
+def report_data(verdict: Verdict, vm: Mapping, migration: str | None, detail: Detail | None) -> dict:
     """The report: one cause, its evidence and one next step (or unknown, and what was checked)."""
     s = verdict.stuck
     assert s is not None
     return {"vm": _vm_name(vm), "state": s.state, "group": s.group, "since": stamp(s.since),
             "threshold": int(s.threshold.total_seconds()), "migration": migration, "instance": s.instance,
-            "cause": verdict.cause.value if verdict.cause else "unknown", "evidence": list(verdict.evidence),
-            "nextStep": verdict.next_step, "checked": list(verdict.checked)}
+            "cause": verdict.cause.value if verdict.cause else "unknown", "evidence": evidence(verdict),
+            "nextStep": next_step(verdict), "checked": checked(detail)}
 
 
-def finding(verdict: Verdict, vm: Mapping, migration: str | None) -> Finding:
+def finding(verdict: Verdict, vm: Mapping, migration: str | None, detail: Detail | None) -> Finding:
     """A stuck episode as a finding (docs/findings.md): its identity is the state group and the instance that is
     stuck (the VMIM's uid, else the VMI's, else the VM's); the cause may change while it lasts, the identity
     does not."""
@@ -47,13 +254,31 @@ def finding(verdict: Verdict, vm: Mapping, migration: str | None) -> Finding:
     assert s is not None
     meta = kv.meta(vm)
     namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
-    message = event_message(verdict, vm, migration)
+    message = event_message(verdict, vm, migration, detail)
     return Finding(FUNCTION, f"stuck-{s.group}", f"/apis/kubevirt.io/v1/namespaces/{namespace}/virtualmachines/{name}",
                    s.instance, {"namespace": namespace, "vm": name, "state": s.group}, "warning", message,
-                   (verdict.next_step,), report_data(verdict, vm, migration))
+                   (next_step(verdict),), report_data(verdict, vm, migration, detail))
+
+
+# -- the end of an episode, and the re-scan ------------------------------------------------------------
+def new_episode() -> str:
+    return "a new episode began (another VMI or migration)"
+
+
+def replaced(verdict: Verdict) -> str:
+    return f"the VMI it was about is gone or was replaced ({reason(verdict)})"
 
 
 def resolved_message(record: Record, because: str) -> str:
     d = record.finding.details
     what = f"migration {d.get('migration')}" if d.get("migration") else f"VM {d.get('vm')}"
     return f"{what} is no longer stuck ({d.get('state')} since {d.get('since')}): {because}."
+
+
+def scanned_reason(scanned: Mapping[str, int], candidates: int, notices: int, renewed: int, progress: str) -> str:
+    return (f"scanned {scanned['vms']} VM(s) and {scanned['migrations']} migration(s), {candidates} in a stuck state "
+            f"or on record; {notices} notice(s), {renewed} renewed; {progress}")
+
+
+def _word(table: Mapping[str, Callable[..., str]], said: Say) -> str:
+    return table[said.kind](**said.values)

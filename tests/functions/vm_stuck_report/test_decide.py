@@ -7,9 +7,10 @@ from datetime import timedelta
 
 import pytest
 
-from functions.vm_stuck_report.decide import (
-    Action,
-    Cause,
+from functions.vm_stuck_report import wording
+from functions.vm_stuck_report.decide import Action, Cause, decide, diagnose
+from functions.vm_stuck_report.facts import (
+    Detail,
     EventFact,
     Facts,
     NodeFacts,
@@ -17,10 +18,8 @@ from functions.vm_stuck_report.decide import (
     QuotaFacts,
     Stuck,
     VolumeFacts,
-    diagnose,
     exceeded,
     quantity,
-    stuck,
 )
 from functions.vm_stuck_report.settings import OPT_OUT, Settings, load
 from shared.settings import SettingsError
@@ -34,6 +33,11 @@ def at(minutes: float):
     return NOW - timedelta(minutes=minutes)
 
 
+def stuck(vm, vmi, vmim=None, settings=S, now=NOW):
+    """decide() on the VM, VMI and VMIM alone: past its threshold, it asks for what explains it (EXPLAIN)."""
+    return decide(Facts(vm, vmi, vmim), settings, now)
+
+
 # -- stuck(): which states, since when, how long ------------------------------------------------------
 def _vm_vmi(status, vmi_phase="Scheduling", vmi_age=11, **vm_kw):
     v = b.vm(status=status, **vm_kw)
@@ -41,11 +45,11 @@ def _vm_vmi(status, vmi_phase="Scheduling", vmi_age=11, **vm_kw):
 
 
 @pytest.mark.parametrize("status,vmi_phase,vmi_age,vm_kw,action,group", [
-    pytest.param("Starting", "Scheduling", 11, {}, Action.REPORT, "starting", id="starting-over-10m"),
+    pytest.param("Starting", "Scheduling", 11, {}, Action.EXPLAIN, "starting", id="starting-over-10m"),
     pytest.param("Starting", "Scheduling", 9, {}, Action.WAIT, "starting", id="starting-under-10m"),
-    pytest.param("ErrorUnschedulable", "Scheduling", 11, {}, Action.REPORT, "starting", id="unschedulable"),
-    pytest.param("ErrorPvcNotFound", "Pending", 11, {}, Action.REPORT, "starting", id="pvc-not-found"),
-    pytest.param("ImagePullBackOff", "Scheduled", 30, {}, Action.REPORT, "starting", id="image-pull-backoff"),
+    pytest.param("ErrorUnschedulable", "Scheduling", 11, {}, Action.EXPLAIN, "starting", id="unschedulable"),
+    pytest.param("ErrorPvcNotFound", "Pending", 11, {}, Action.EXPLAIN, "starting", id="pvc-not-found"),
+    pytest.param("ImagePullBackOff", "Scheduled", 30, {}, Action.EXPLAIN, "starting", id="image-pull-backoff"),
     pytest.param("WaitingForVolumeBinding", None, 0, {"ready_since": at(12)}, Action.WAIT, None,
                  id="no-vmi-is-not-timed-from-the-last-stop"),
     pytest.param("ErrorUnschedulable", "Failed", 60, {}, Action.WAIT, None, id="a-status-of-a-vmi-that-ended-is-stale"),
@@ -61,7 +65,7 @@ def _vm_vmi(status, vmi_phase="Scheduling", vmi_age=11, **vm_kw):
 ])
 def test_stuck_states(status, vmi_phase, vmi_age, vm_kw, action, group):
     v, i = _vm_vmi(status, vmi_phase, vmi_age, **vm_kw)
-    verdict = stuck(v, i, None, S, NOW)
+    verdict = stuck(v, i)
     assert verdict.action is action
     assert (verdict.stuck.group if verdict.stuck else None) == group
 
@@ -69,36 +73,36 @@ def test_stuck_states(status, vmi_phase, vmi_age, vm_kw, action, group):
 def test_stopping_counts_from_the_vmis_deletion_and_terminating_from_the_vms():
     v = b.vm(status="Stopping")
     i = b.vmi(v, phase="Running", deleting=at(11))
-    verdict = stuck(v, i, None, S, NOW)
-    assert verdict.action is Action.REPORT and verdict.stuck.since == at(11) and verdict.stuck.instance == \
+    verdict = stuck(v, i)
+    assert verdict.action is Action.EXPLAIN and verdict.stuck.since == at(11) and verdict.stuck.instance == \
         i["metadata"]["uid"]
     t = b.vm(status="Terminating", deleting=at(4))
-    assert stuck(t, None, None, S, NOW).action is Action.WAIT
+    assert stuck(t, None).action is Action.WAIT
 
 
 def test_stopping_without_a_deletion_is_not_timed_from_a_guess():
     v = b.vm(status="Stopping")
-    assert stuck(v, b.vmi(v, phase="Running"), None, S, NOW).action is Action.WAIT
+    assert stuck(v, b.vmi(v, phase="Running")).action is Action.WAIT
 
 
 def test_a_threshold_per_state_and_the_opt_out_annotation():
     settings = load({"VM_STUCK_AFTER_BY_STATE": "Starting=30m"})
     v, i = _vm_vmi("Starting", vmi_age=20)
-    assert stuck(v, i, None, settings, NOW).action is Action.WAIT
-    assert stuck(v, i, None, S, NOW).action is Action.REPORT
+    assert stuck(v, i, settings=settings).action is Action.WAIT
+    assert stuck(v, i).action is Action.EXPLAIN
     quiet = b.vm(status="Starting", annotations={OPT_OUT: "skip"})
-    assert stuck(quiet, b.vmi(quiet, created=at(60)), None, S, NOW).action is Action.SKIP
+    assert stuck(quiet, b.vmi(quiet, created=at(60))).action is Action.SKIP
 
 
 def test_namespaces_out_of_scope_are_skipped():
     v, i = _vm_vmi("Starting", vmi_age=20)
-    assert stuck(v, i, None, load({"VM_STUCK_EXCLUDE_NAMESPACES": "default"}), NOW).action is Action.SKIP
+    assert stuck(v, i, settings=load({"VM_STUCK_EXCLUDE_NAMESPACES": "default"})).action is Action.SKIP
 
 
 @pytest.mark.parametrize("phase,age,action", [
-    pytest.param("Pending", 11, Action.REPORT, id="pending-over-10m"),
-    pytest.param("Scheduling", 11, Action.REPORT, id="scheduling-over-10m"),
-    pytest.param(None, 11, Action.REPORT, id="no-phase-yet-is-pending"),
+    pytest.param("Pending", 11, Action.EXPLAIN, id="pending-over-10m"),
+    pytest.param("Scheduling", 11, Action.EXPLAIN, id="scheduling-over-10m"),
+    pytest.param(None, 11, Action.EXPLAIN, id="no-phase-yet-is-pending"),
     pytest.param("Pending", 5, Action.WAIT, id="pending-under-10m"),
     pytest.param("Running", 60, Action.SETTLED, id="running-is-not-stuck-starting"),
     pytest.param("Failed", 60, Action.DEFER, id="failed-is-migration-reports"),
@@ -106,9 +110,9 @@ def test_namespaces_out_of_scope_are_skipped():
 def test_migration_states(phase, age, action):
     v = b.vm(status="Running")
     i = b.vmi(v, phase="Running", node="node-a")
-    verdict = stuck(v, i, b.vmim(i, phase=phase, created=at(age)), S, NOW)
+    verdict = stuck(v, i, b.vmim(i, phase=phase, created=at(age)))
     assert verdict.action is action
-    if action is Action.REPORT:
+    if action is Action.EXPLAIN:
         assert verdict.stuck.group == "migrating" and verdict.stuck.migration == "mig1"
 
 
@@ -136,6 +140,11 @@ STOPPING = Stuck("Stopping", "stopping", at(15), "vmi-uid", timedelta(minutes=10
 MIGRATING = Stuck("MigrationPending", "migrating", at(15), "vmim-uid", timedelta(minutes=10), "mig1")
 
 
+def case(s, **detail):
+    """A stuck VM and what was read to explain it: diagnose's two arguments."""
+    return s, Detail(**detail)
+
+
 def _unschedulable(message, events=()):
     return PodFacts("virt-launcher-vm1-abcde", phase="Pending", scheduled=("False", "Unschedulable", message),
                     events=tuple(events))
@@ -143,56 +152,56 @@ def _unschedulable(message, events=()):
 
 GPU = "nvidia.com/NVIDIA_L40S-8Q"
 ROWS = [
-    pytest.param(Facts(STARTING, pod=_unschedulable(b.insufficient("memory"))), Cause.INSUFFICIENT,
+    pytest.param(case(STARTING, pod=_unschedulable(b.insufficient("memory"))), Cause.INSUFFICIENT,
                  "Insufficient memory", "lower the VM's request", id="insufficient-memory"),
-    pytest.param(Facts(STARTING, pod=_unschedulable(b.insufficient("cpu", nodes=3, short=2))), Cause.INSUFFICIENT,
+    pytest.param(case(STARTING, pod=_unschedulable(b.insufficient("cpu", nodes=3, short=2))), Cause.INSUFFICIENT,
                  "Insufficient cpu", "add a node", id="insufficient-cpu-beats-fewer-affinity-misses"),
-    pytest.param(Facts(STARTING, pod=_unschedulable(b.insufficient(GPU, nodes=3, short=3)),
+    pytest.param(case(STARTING, pod=_unschedulable(b.insufficient(GPU, nodes=3, short=3)),
                        device_resources=frozenset({GPU}), nodes_with={GPU: ("node-b",)}, nodes_total=3),
                  Cause.DEVICE_ON_ONE_NODE, "only node node-b of 3", "Only node-b has", id="device-only-one-node-has"),
-    pytest.param(Facts(STARTING, pod=_unschedulable(b.insufficient(GPU, nodes=3, short=3)),
+    pytest.param(case(STARTING, pod=_unschedulable(b.insufficient(GPU, nodes=3, short=3)),
                        device_resources=frozenset({GPU}), nodes_with={GPU: ("node-a", "node-b")}, nodes_total=3),
                  Cause.INSUFFICIENT, f"Insufficient {GPU}", "free it", id="device-on-two-nodes"),
-    pytest.param(Facts(STARTING, pod=_unschedulable(
+    pytest.param(case(STARTING, pod=_unschedulable(
         "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector.")), Cause.PLACEMENT,
                  "didn't match", "nodeSelector", id="node-affinity"),
-    pytest.param(Facts(STARTING, pod=_unschedulable(
+    pytest.param(case(STARTING, pod=_unschedulable(
         "0/2 nodes are available: 2 node(s) had untolerated taint {dedicated: gpu}.")), Cause.PLACEMENT,
                  "untolerated taint", "toleration", id="taints"),
-    pytest.param(Facts(STARTING, pod=_unschedulable("0/2 nodes are available: 2 node(s) were unschedulable.")),
+    pytest.param(case(STARTING, pod=_unschedulable("0/2 nodes are available: 2 node(s) were unschedulable.")),
                  Cause.NODE_UNSCHEDULABLE, "were unschedulable", "uncordon", id="cordoned"),
-    pytest.param(Facts(STARTING, volumes=(VolumeFacts("disk-0", "vm1-disk", found=False),),
+    pytest.param(case(STARTING, volumes=(VolumeFacts("disk-0", "vm1-disk", found=False),),
                        kubevirt_events=(EventFact("VirtualMachineInstance/vm1", "FailedPvcNotFound",
                                                   "PVC default/vm1-disk does not exist, waiting for it to appear"),)),
                  Cause.VOLUME_MISSING, "does not exist", "Create PVC vm1-disk", id="pvc-missing"),
-    pytest.param(Facts(STARTING, pod=_unschedulable(
+    pytest.param(case(STARTING, pod=_unschedulable(
         "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims."),
         volumes=(VolumeFacts("disk-0", "vm1-disk", phase="Pending", storage_class="fast", class_found=False),)),
                  Cause.VOLUME_UNBOUND, "StorageClass fast does not exist", "Create StorageClass fast",
                  id="pvc-unbound-no-storage-class"),
-    pytest.param(Facts(STARTING, volumes=(VolumeFacts("disk-0", "vm1-disk", phase="Pending", storage_class="longhorn",
+    pytest.param(case(STARTING, volumes=(VolumeFacts("disk-0", "vm1-disk", phase="Pending", storage_class="longhorn",
                                                       class_found=True, provisioner="driver.longhorn.io"),)),
                  Cause.VOLUME_UNBOUND, "provisioner driver.longhorn.io", "has not provisioned", id="pvc-unbound"),
-    pytest.param(Facts(STARTING, pod=PodFacts("virt-launcher-vm1-abcde", node="node-a", scheduled=("True", "", ""),
+    pytest.param(case(STARTING, pod=PodFacts("virt-launcher-vm1-abcde", node="node-a", scheduled=("True", "", ""),
                                               events=(EventFact("Pod/virt-launcher-vm1-abcde", "FailedAttachVolume",
                                                                 "AttachVolume.Attach failed for volume pvc-1", 4),)),
                        volumes=(VolumeFacts("disk-0", "vm1-disk", phase="Bound", longhorn="pvc-1",
                                             longhorn_state="detached", longhorn_robustness="faulted"),)),
                  Cause.VOLUME_ATTACH, "robustness faulted", "Salvage", id="attach-longhorn-faulted"),
-    pytest.param(Facts(STARTING, pod=PodFacts("virt-launcher-vm1-abcde", node="node-a", scheduled=("True", "", ""),
+    pytest.param(case(STARTING, pod=PodFacts("virt-launcher-vm1-abcde", node="node-a", scheduled=("True", "", ""),
                                               waiting=(("compute", "ImagePullBackOff",
                                                         'Back-off pulling image "reg/img:1"'),))),
                  Cause.IMAGE_PULL, "ImagePullBackOff", "Fix the image", id="image-pull"),
-    pytest.param(Facts(STARTING, pod=PodFacts("virt-launcher-vm1-abcde", node="node-a", scheduled=("True", "", "")),
+    pytest.param(case(STARTING, pod=PodFacts("virt-launcher-vm1-abcde", node="node-a", scheduled=("True", "", "")),
                        node=NodeFacts("node-a", ready="Unknown", ready_reason="NodeStatusUnknown")),
                  Cause.NODE_NOT_READY, "Ready=Unknown", "Bring node node-a back", id="node-not-ready"),
-    pytest.param(Facts(MIGRATING, pod_looked_for="migration target",
+    pytest.param(case(MIGRATING, pod_looked_for="migration target",
                        quotas=(QuotaFacts("compute", "requests.memory", "8Gi", "7Gi", "2200Mi"),),
                        kubevirt_events=(EventFact("VirtualMachineInstance/vm1", "FailedCreate",
                                                   'Error creating pod: pods "virt-launcher-vm1-x" is forbidden: '
                                                   'exceeded quota: compute'),)),
                  Cause.QUOTA, "requests.memory used 7Gi of 8Gi", "Raise compute", id="migration-quota"),
-    pytest.param(Facts(STOPPING, vmi_deleting=True, vmi_finalizers=("foregroundDeleteVirtualMachine",),
+    pytest.param(case(STOPPING, vmi_deleting=True, vmi_finalizers=("foregroundDeleteVirtualMachine",),
                        node=NodeFacts("node-a", ready="Unknown", ready_reason="NodeStatusUnknown")),
                  Cause.STOP_NOT_HONOURED, "foregroundDeleteVirtualMachine", "kubectl delete node node-a",
                  id="stop-not-honoured"),
@@ -201,37 +210,38 @@ ROWS = [
 
 @pytest.mark.parametrize("facts,cause,evidence,step", ROWS)
 def test_one_cause_with_evidence_and_one_next_step(facts, cause, evidence, step):
-    verdict = diagnose(facts)
+    verdict = diagnose(*facts)
     assert verdict.action is Action.REPORT and verdict.cause is cause
-    assert any(evidence in e for e in verdict.evidence), verdict.evidence
-    assert step.lower() in verdict.next_step.lower()
-    assert verdict.checked  # every report says what was looked at
+    assert any(evidence in e for e in wording.evidence(verdict)), wording.evidence(verdict)
+    assert step.lower() in wording.next_step(verdict).lower()
+    assert wording.checked(facts[1])  # every report says what was looked at
 
 
 @pytest.mark.parametrize("facts", [
-    pytest.param(Facts(STARTING, pod=PodFacts("p", node="node-a", phase="Pending", scheduled=("True", "", "")),
+    pytest.param(case(STARTING, pod=PodFacts("p", node="node-a", phase="Pending", scheduled=("True", "", "")),
                        node=NodeFacts("node-a", ready="True")), id="everything-fine"),
-    pytest.param(Facts(STARTING, pod=_unschedulable("0/1 nodes are available: something new.")),
+    pytest.param(case(STARTING, pod=_unschedulable("0/1 nodes are available: something new.")),
                  id="a-scheduler-message-we-cannot-read"),
-    pytest.param(Facts(STOPPING, vmi_deleting=True, vmi_finalizers=("f",), node=NodeFacts("node-a", ready="True")),
+    pytest.param(case(STOPPING, vmi_deleting=True, vmi_finalizers=("f",), node=NodeFacts("node-a", ready="True")),
                  id="stopping-on-a-ready-node"),
 ])
 def test_without_a_fact_that_explains_it_the_cause_is_unknown_and_the_checks_are_listed(facts):
-    verdict = diagnose(facts)
+    verdict = diagnose(*facts)
     assert verdict.cause is Cause.UNKNOWN and not verdict.evidence
-    assert any("pod" in c or "node" in c for c in verdict.checked)
+    assert any("pod" in c or "node" in c for c in wording.checked(facts[1]))
 
 
 def test_a_start_device_conflict_reports_is_deferred_to_it():
-    facts = Facts(STARTING, pod=_unschedulable(b.insufficient(GPU)), device_conflict="vm2 holds it")
-    assert diagnose(facts).action is Action.DEFER
+    facts = case(STARTING, pod=_unschedulable(b.insufficient(GPU)), device_conflict="vm2 holds it")
+    assert diagnose(*facts).action is Action.DEFER
 
 
 def test_stop_not_honoured_needs_the_node_not_ready():
-    facts = Facts(STOPPING, vmi_deleting=True, vmi_finalizers=("f",),
+    facts = case(STOPPING, vmi_deleting=True, vmi_finalizers=("f",),
                   node=NodeFacts("node-a", ready="False", ready_reason="KubeletNotReady"))
-    assert diagnose(facts).cause is Cause.STOP_NOT_HONOURED
-    assert diagnose(replace(facts, node=replace(facts.node, ready="True"))).cause is Cause.UNKNOWN
+    s, detail = facts
+    assert diagnose(s, detail).cause is Cause.STOP_NOT_HONOURED
+    assert diagnose(s, replace(detail, node=replace(detail.node, ready="True"))).cause is Cause.UNKNOWN
 
 
 @pytest.mark.parametrize("text,value", [("500m", 0.5), ("2Gi", 2 * 2**30), ("1.5", 1.5), ("1e3", 1000.0),
