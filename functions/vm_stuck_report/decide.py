@@ -17,7 +17,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from functions.vm_stuck_report.facts import Detail, Facts, Stuck
+from functions.vm_stuck_report.facts import Detail, EventFact, Facts, Stuck
 from functions.vm_stuck_report.settings import GROUPS, MIGRATION_PHASES, OPT_OUT, Settings
 from shared import kubevirt as kv
 from shared import objects as o
@@ -93,7 +93,7 @@ def stuck(facts: Facts, settings: Settings, now: datetime) -> Verdict:
     if kv.annotations_of(vm).get(OPT_OUT, "").lower() in ("skip", "false", "off"):
         return Verdict(Action.SKIP, say("opted-out", annotation=OPT_OUT))
     if vmim is not None:
-        return _migration(vmi, vmim, settings, now)
+        return _migration(vm, vmi, vmim, settings, now)
     state = o.string(vm, "status", "printableStatus")
     group = GROUPS.get(state)
     if group is None or state.startswith("Migration"):
@@ -106,13 +106,18 @@ def stuck(facts: Facts, settings: Settings, now: datetime) -> Verdict:
     since, instance = _since(vm, vmi, group)
     if since is None:
         return Verdict(Action.WAIT, say("untimed", state=state))
-    found = Stuck(state, group, since, instance, settings.threshold(state))
+    found = Stuck(state, group, since, instance, settings.threshold(state), None, *_names(vm))
     if now - since < found.threshold:
         return Verdict(Action.WAIT, say("not-yet", stuck=found), found)
     return Verdict(Action.REPORT, say("past", stuck=found), found)
 
 
-def _migration(vmi: Mapping | None, vmim: Mapping, settings: Settings, now: datetime) -> Verdict:
+def _names(vm: Mapping) -> tuple[str, str]:
+    meta = kv.meta(vm)
+    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+
+
+def _migration(vm: Mapping, vmi: Mapping | None, vmim: Mapping, settings: Settings, now: datetime) -> Verdict:
     phase = o.string(vmim, "status", "phase") or "Pending"  # a VMIM without a phase yet is pending
     if phase not in MIGRATION_PHASES:
         # a migration that failed is migration-report's; one that runs or ended is not stuck starting
@@ -124,7 +129,7 @@ def _migration(vmi: Mapping | None, vmim: Mapping, settings: Settings, now: date
     if created is None:
         return Verdict(Action.WAIT, say("migration-untimed"))
     found = Stuck(state, "migrating", created, o.string(vmim, "metadata", "uid"), settings.threshold(state),
-                  o.string(vmim, "metadata", "name"))
+                  o.string(vmim, "metadata", "name"), *_names(vm))
     if now - created < found.threshold:
         return Verdict(Action.WAIT, say("not-yet", stuck=found), found)
     return Verdict(Action.REPORT, say("past", stuck=found), found)
@@ -283,14 +288,43 @@ def _attach(s: Stuck, d: Detail) -> Verdict | None:
 
 
 def _image(s: Stuck, d: Detail) -> Verdict | None:
+    """An image the kubelet cannot pull, as KubeVirt sees it: a container of the pod (an init container's first:
+    a containerDisk's image is pulled in `volume<name>-init`) waits in ErrImagePull or ImagePullBackOff, which the
+    VMI controller copies to the VMI's Synchronized condition (checkForContainerImageError, docs/facts.md §7)."""
     pod = d.pod
-    waiting = [w for w in (pod.waiting if pod else ()) if w[1] in IMAGE_PULL_REASONS]
-    if not waiting or pod is None:
+    waiting = [w for w in (pod.waiting if pod else ()) if w.reason in IMAGE_PULL_REASONS]
+    synced = d.synchronized if d.synchronized and d.synchronized[0] == "False" \
+        and d.synchronized[1] in IMAGE_PULL_REASONS else None
+    if not waiting and synced is None:
         return None
-    container, reason, message = waiting[0]
-    return _report(s, Cause.IMAGE_PULL, [say("waiting", pod=pod.name, container=container, reason=reason,
-                                             message=message)],
-                   say("fix-image", container=container, node=pod.node))
+    evidence = [say("synchronized", vmi=s.vm, condition=synced)] if synced else []
+    if pod is not None and waiting:
+        evidence.append(say("waiting", pod=pod.name, waiting=waiting[0]))
+    pulls = [e for e in (pod.events if pod else ()) if e.component in ("kubelet", "") and
+             (e.reason == "BackOff" and e.message.startswith("Back-off pulling image")
+              or e.reason == "Failed" and e.message.startswith("Failed to pull image"))]
+    evidence += [say("event", event=e) for e in _latest_by_reason(pulls)]
+    first = waiting[0] if waiting else None
+    image = first.image if first else ""
+    volume = _disk_volume(first.container, d.container_disks) if first else ""
+    if not image and len(d.container_disks) == 1:  # KubeVirt's condition alone: the VM's one containerDisk
+        volume, image = next(iter(d.container_disks.items()))
+    return _report(s, Cause.IMAGE_PULL, evidence,
+                   say("fix-image", namespace=s.namespace, vm=s.vm, image=image or d.container_disks.get(volume, ""),
+                       volume=volume, node=pod.node if pod else ""))
+
+
+def _disk_volume(container: str, disks: Mapping[str, str]) -> str:
+    """The VM's containerDisk volume a launcher container serves: KubeVirt names it `volume<name>` and pulls its
+    image in `volume<name>-init` (pkg/container-disk/container-disk.go toContainerName)."""
+    name = container.removesuffix("-init").removeprefix("volume")
+    return name if container.startswith("volume") and name in disks else ""
+
+
+def _latest_by_reason(events: list[EventFact]) -> list[EventFact]:
+    """The newest Event of each reason, in the order they last happened (the list is oldest first)."""
+    latest = {e.reason: e for e in events}
+    return [e for e in events if latest[e.reason] is e]
 
 
 def _node(s: Stuck, d: Detail) -> Verdict | None:

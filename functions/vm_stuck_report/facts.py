@@ -24,6 +24,8 @@ class Stuck:
     instance: str           # what the episode is of: the VMIM's uid, else the VMI's, else the VM's
     threshold: timedelta
     migration: str | None = None  # the VMIM's name for a migration that does not start
+    namespace: str = "default"    # the VM's: the next steps name it
+    vm: str = ""
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,20 @@ class EventFact:
     on: str          # "Pod/virt-launcher-x", "VirtualMachineInstance/vm1"
     reason: str
     message: str
-    count: int = 1
+    count: int = 1   # how often it happened: `series.count` for the events.k8s.io recorder's, else `count`
+    component: str = ""  # who recorded it: source.component, else reportingComponent ("kubelet", "default-scheduler")
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A container of the pod that waits: the kubelet's reason and message (an init container's first: the kubelet
+    runs them before the others, and KubeVirt pulls a containerDisk's image in one, docs/facts.md §7)."""
+
+    container: str
+    reason: str
+    message: str = ""
+    init: bool = False
+    image: str = ""
 
 
 @dataclass(frozen=True)
@@ -42,8 +57,8 @@ class PodFacts:
     node: str = ""
     phase: str = ""
     scheduled: tuple[str, str, str] | None = None   # PodScheduled (status, reason, message)
-    waiting: tuple[tuple[str, str, str], ...] = ()  # (container, reason, message) of waiting containers
-    events: tuple[EventFact, ...] = ()
+    waiting: tuple[Waiting, ...] = ()               # its containers that wait, init containers first
+    events: tuple[EventFact, ...] = ()              # the Events on the pod, oldest first
 
 
 @dataclass(frozen=True)
@@ -87,6 +102,8 @@ class Detail:
 
     vmi_deleting: bool = False
     vmi_finalizers: tuple[str, ...] = ()
+    synchronized: tuple[str, str, str] | None = None    # the VMI's Synchronized condition (status, reason, message)
+    container_disks: Mapping[str, str] = field(default_factory=dict)  # the VM's containerDisk volumes: name -> image
     pod: PodFacts | None = None
     pod_looked_for: str = ""                            # "launcher" or "migration target"
     volumes: tuple[VolumeFacts, ...] = ()

@@ -14,6 +14,7 @@ from functions.vm_stuck_report.facts import (
     PodFacts,
     Stuck,
     VolumeFacts,
+    Waiting,
     exceeded,
     quantity,
 )
@@ -43,6 +44,9 @@ def read_detail(ctx: KubeContext[Settings], s: Stuck, vm: dict, vmi: dict | None
     spec = o.mapping(vmi, "spec") if vmi else o.mapping(vm, "spec", "template", "spec")
     kubevirt_events = tuple(_event(e) for e in events if e.get("reason") in KUBEVIRT_REASONS
                             and _current(e, s, vmi_uid))
+    synchronized = _condition(vmi, "Synchronized")
+    disks = {str(v.get("name") or ""): o.string(v, "containerDisk", "image") for v in o.objects(spec, "volumes")
+             if o.text(v, "containerDisk", "image")}
     if s.group in ("stopping", "terminating"):
         return Detail(vmi_deleting=bool(kv.meta(vmi).get("deletionTimestamp")) if vmi else False,
                      vmi_finalizers=tuple(str(f) for f in o.array(vmi, "metadata", "finalizers")) if vmi else (),
@@ -82,9 +86,10 @@ def read_detail(ctx: KubeContext[Settings], s: Stuck, vm: dict, vmi: dict | None
                 o.string(n, "metadata", "name") for n in nodes
                 if (quantity(o.strings(n, "status", "allocatable").get(device)) or 0) > 0))
     return Detail(vmi_deleting=bool(kv.meta(vmi).get("deletionTimestamp")) if vmi else False,
-                 pod=pod_facts, pod_looked_for=looked_for, volumes=volumes,
-                 node=_node(ctx, node_name) if node_name else None, quotas=quotas, kubevirt_events=kubevirt_events,
-                 device_resources=devices, nodes_with=nodes_with, nodes_total=total)
+                  synchronized=synchronized, container_disks=disks,
+                  pod=pod_facts, pod_looked_for=looked_for, volumes=volumes,
+                  node=_node(ctx, node_name) if node_name else None, quotas=quotas,
+                  kubevirt_events=kubevirt_events, device_resources=devices, nodes_with=nodes_with, nodes_total=total)
 
 
 def _current(event: dict, s: Stuck, vmi_uid: str | None) -> bool:
@@ -92,14 +97,35 @@ def _current(event: dict, s: Stuck, vmi_uid: str | None) -> bool:
     involved = event.get("involvedObject") or {}
     if involved.get("kind") == "VirtualMachineInstance" and vmi_uid and involved.get("uid") not in (None, vmi_uid):
         return False
-    last = kv.parse_time(event.get("lastTimestamp") or event.get("eventTime"))
+    last = kv.parse_time(last_seen(event))
     return last is None or last >= s.since.replace(microsecond=0)
+
+
+def last_seen(event: dict) -> str:
+    """When an Event last happened. The events.k8s.io recorder (client-go tools/events, kube-scheduler's) writes
+    `eventTime` once and counts repeats in `series` (count, lastObservedTime), leaving `lastTimestamp` and `count`
+    empty; the core/v1 recorder (tools/record, the kubelet's, KubeVirt's) keeps `lastTimestamp` and `count`
+    (docs/facts.md §7)."""
+    series = event.get("series")
+    series = series if isinstance(series, dict) else {}
+    return str(series.get("lastObservedTime") or event.get("lastTimestamp") or event.get("eventTime") or "")
 
 
 def _event(event: dict) -> EventFact:
     involved = event.get("involvedObject") or {}
+    series = event.get("series")
+    series = series if isinstance(series, dict) else {}
+    count = series.get("count") or event.get("count") or 1
+    component = (event.get("source") or {}).get("component") or event.get("reportingComponent") or ""
     return EventFact(f"{involved.get('kind')}/{involved.get('name')}", str(event.get("reason") or ""),
-                     str(event.get("message") or ""), int(event.get("count") or 1))
+                     str(event.get("message") or ""), int(count) if isinstance(count, int) else 1, str(component))
+
+
+def _condition(obj: Mapping | None, kind: str) -> tuple[str, str, str] | None:
+    found = next((c for c in kv.conditions_of(obj) if c.get("type") == kind), None) if obj else None
+    if found is None:
+        return None
+    return str(found.get("status") or ""), str(found.get("reason") or ""), str(found.get("message") or "")
 
 
 def source_of(event: dict) -> str:
@@ -113,18 +139,21 @@ def _newest(pods: list[dict]) -> dict | None:
 
 def _pod(ctx: KubeContext[Settings], pod: dict, namespace: str) -> PodFacts:
     name = o.string(pod, "metadata", "name")
-    condition = next((c for c in kv.conditions_of(pod) if c.get("type") == "PodScheduled"), None)
-    waiting = tuple((str(c.get("name") or ""), o.string(c, "state", "waiting", "reason"),
-                     o.string(c, "state", "waiting", "message"))
-                    for c in o.objects(pod, "status", "containerStatuses") if o.text(c, "state", "waiting", "reason"))
+    images = {str(c.get("name") or ""): str(c.get("image") or "")
+              for key in ("initContainers", "containers") for c in o.objects(pod, "spec", key)}
+    # The kubelet runs the init containers first, one after another; KubeVirt pulls each containerDisk's image in
+    # one of them (`volume<name>-init`), so an image that cannot be pulled waits there while the others wait
+    # PodInitializing (docs/facts.md §7).
+    waiting = tuple(Waiting(str(c.get("name") or ""), o.string(c, "state", "waiting", "reason"),
+                            o.string(c, "state", "waiting", "message"), init,
+                            o.string(c, "image") or images.get(str(c.get("name") or ""), ""))
+                    for key, init in (("initContainerStatuses", True), ("containerStatuses", False))
+                    for c in o.objects(pod, "status", key) if o.text(c, "state", "waiting", "reason"))
     events = tuple(_event(e) for e in sorted(
-        ctx.kube.list(EVENT, namespace, field_selector=f"involvedObject.name={name}"),
-        key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+        ctx.kube.list(EVENT, namespace, field_selector=f"involvedObject.name={name}"), key=last_seen)
         if (e.get("involvedObject") or {}).get("kind") == "Pod")
-    scheduled = (str(condition.get("status") or ""), str(condition.get("reason") or ""),
-                 str(condition.get("message") or "")) if condition else None
-    return PodFacts(name, o.string(pod, "spec", "nodeName"), o.string(pod, "status", "phase"), scheduled, waiting,
-                    events)
+    return PodFacts(name, o.string(pod, "spec", "nodeName"), o.string(pod, "status", "phase"),
+                    _condition(pod, "PodScheduled"), waiting, events)
 
 
 def _volume(ctx: KubeContext[Settings], namespace: str, volume: dict, follow: bool) -> VolumeFacts:

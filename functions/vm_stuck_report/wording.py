@@ -113,7 +113,13 @@ _EVIDENCE: dict[str, Callable[..., str]] = {
     "longhorn": lambda volume: (f"PVC {volume.claim} → Longhorn volume {volume.longhorn}: state "
                                 f"{volume.longhorn_state or 'unknown'}, robustness "
                                 f"{volume.longhorn_robustness or 'unknown'}"),
-    "waiting": lambda pod, container, reason, message: f"pod {pod}: container {container} waits: {reason}: {message}",
+    "waiting": lambda pod, waiting: (
+        f"pod {pod}: {'init container' if waiting.init else 'container'} {waiting.container}"
+        + (f" (image {waiting.image})" if waiting.image else "") + f" waits: {waiting.reason}"
+        + (f": {waiting.message}" if waiting.message else "")),
+    "synchronized": lambda vmi, condition: (
+        f"VirtualMachineInstance/{vmi}: Synchronized={condition[0]} ({condition[1]})"
+        + (f": {condition[2]}" if condition[2] else "")),
 }
 
 
@@ -134,6 +140,14 @@ def _free_resource(resource: str, device: bool) -> str:
     what = "device" if device else resource
     return (f"No node has the {what} the VM requests free ({resource}): free it (stop or move another VM), lower the "
             f"VM's request, or add a node with more; the scheduler retries by itself.")
+
+
+def _fix_image(namespace: str, vm: str, image: str, volume: str, node: str) -> str:
+    what = (f"image {image}" if image else "the VM's image") + (f" (containerDisk volume {volume})" if volume else "")
+    where = f"node {node}" if node else "its node"
+    return (f"The kubelet cannot pull {what}: correct its name or tag in the VM (`kubectl -n {namespace} edit vm "
+            f"{vm}`), make the registry reachable from {where}, or give the VM an imagePullSecret; the kubelet "
+            f"retries by itself.")
 
 
 _STEPS: dict[str, Callable[..., str]] = {
@@ -173,9 +187,7 @@ _STEPS: dict[str, Callable[..., str]] = {
     "csi-attach": lambda: (
         "See why the CSI driver cannot attach or mount the volume: `kubectl describe` the VolumeAttachment and the "
         "driver's node plugin log on the pod's node."),
-    "fix-image": lambda container, node: (
-        f"Fix the image the VM's {container} container pulls (its name and tag, the registry's reachability from "
-        f"node {node or '?'}, an imagePullSecret); the kubelet retries by itself."),
+    "fix-image": _fix_image,
     "bring-back-node": lambda node: (
         f"Bring node {node} back (its kubelet and virt-handler); or stop the VM and start it again so that it is "
         f"placed on a Ready node."),
@@ -202,7 +214,8 @@ def checked(detail: Detail | None) -> list[str]:
         sched = f"PodScheduled={pod.scheduled[0]}" + (f" ({pod.scheduled[1]}: {pod.scheduled[2]})"
                                                         if pod.scheduled[0] != "True" else "") \
             if pod.scheduled else "no PodScheduled condition"
-        waiting = "; ".join(f"{c} waiting {r}" for c, r, _ in pod.waiting) or "no container waiting on an error"
+        waiting = "; ".join(f"{'init container ' if w.init else ''}{w.container} waiting {w.reason}"
+                            for w in pod.waiting) or "no container waiting on an error"
         reasons = sorted({e.reason for e in pod.events}) or ["none"]
         out.append(f"{detail.pod_looked_for or 'launcher'} pod {pod.name}: phase {pod.phase or 'unknown'}, {sched}, "
                    f"{waiting}, its Events: {', '.join(reasons)}")
@@ -210,6 +223,9 @@ def checked(detail: Detail | None) -> list[str]:
         out.append(f"PVC {v.claim}: " + ("not found" if not v.found else f"{v.phase or 'no phase'}"
                                          + (f", Longhorn {v.longhorn} {v.longhorn_state}/{v.longhorn_robustness}"
                                             if v.longhorn else "")))
+    if detail.synchronized is not None:
+        status, why, _ = detail.synchronized
+        out.append(f"the VMI's Synchronized={status}" + (f" ({why})" if why else ""))
     if detail.node is not None:
         out.append(node_words(detail.node))
     out.append("ResourceQuotas: " + (", ".join(q.name for q in detail.quotas) or "none exceeded"))

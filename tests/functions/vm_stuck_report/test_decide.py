@@ -18,6 +18,7 @@ from functions.vm_stuck_report.facts import (
     QuotaFacts,
     Stuck,
     VolumeFacts,
+    Waiting,
     exceeded,
     quantity,
 )
@@ -189,9 +190,21 @@ ROWS = [
                                             longhorn_state="detached", longhorn_robustness="faulted"),)),
                  Cause.VOLUME_ATTACH, "robustness faulted", "Salvage", id="attach-longhorn-faulted"),
     pytest.param(case(STARTING, pod=PodFacts("virt-launcher-vm1-abcde", node="node-a", scheduled=("True", "", ""),
-                                              waiting=(("compute", "ImagePullBackOff",
-                                                        'Back-off pulling image "reg/img:1"'),))),
-                 Cause.IMAGE_PULL, "ImagePullBackOff", "Fix the image", id="image-pull"),
+                                              waiting=(Waiting("compute", "ImagePullBackOff",
+                                                               'Back-off pulling image "reg/img:1"'),))),
+                 Cause.IMAGE_PULL, "ImagePullBackOff", "cannot pull", id="image-pull"),
+    # KubeVirt pulls a containerDisk's image in an init container; the others wait PodInitializing
+    pytest.param(case(STARTING, container_disks={"containerdisk": "reg/img:1"},
+                      pod=PodFacts("virt-launcher-vm1-abcde", node="node-a", scheduled=("True", "", ""), waiting=(
+                          Waiting("volumecontainerdisk-init", "ErrImagePull", "no such host", True, "reg/img:1"),
+                          Waiting("compute", "PodInitializing"), Waiting("volumecontainerdisk", "PodInitializing")))),
+                 Cause.IMAGE_PULL, "init container volumecontainerdisk-init (image reg/img:1) waits: ErrImagePull",
+                 "containerDisk volume containerdisk", id="image-pull-in-the-init-container"),
+    # the VMI controller's copy of it (checkForContainerImageError) is enough, with the VM's one containerDisk
+    pytest.param(case(STARTING, container_disks={"containerdisk": "reg/img:1"},
+                      synchronized=("False", "ImagePullBackOff", 'Back-off pulling image "reg/img:1"')),
+                 Cause.IMAGE_PULL, "Synchronized=False (ImagePullBackOff)", "image reg/img:1",
+                 id="image-pull-from-the-vmis-synchronized-condition"),
     pytest.param(case(STARTING, pod=PodFacts("virt-launcher-vm1-abcde", node="node-a", scheduled=("True", "", "")),
                        node=NodeFacts("node-a", ready="Unknown", ready_reason="NodeStatusUnknown")),
                  Cause.NODE_NOT_READY, "Ready=Unknown", "Bring node node-a back", id="node-not-ready"),

@@ -297,7 +297,8 @@ def test_a_faulted_longhorn_volume_fails_the_attach(world):
 def test_an_image_the_kubelet_cannot_pull(world):
     name = world.create_vm(image="registry.example.invalid/vms/fedora:41")
     world.wait_status(name, "ErrImagePull")
-    _check(world.reported(name), "ErrImagePull", "image-pull", "ErrImagePull", "Fix the image")
+    _check(world.reported(name), "ErrImagePull", "image-pull", "ErrImagePull",
+           "cannot pull image registry.example.invalid/vms/fedora:41")
     world.halt(name)
     world.wait_status(name, "Stopped")
     world.resolved(name)

@@ -1,0 +1,149 @@
+"""vm-stuck-report on what KubeVirt, the scheduler and the kubelet write, written here as they write it (docs/facts.md
+§7, each builder names its upstream file), on both backends: the API server (simulated, or a real kube-apiserver
+with no virt-controller, scheduler or kubelet: nothing but the test writes) and the function's own handler, with
+the credentials of its own ServiceAccount. The e2e suite (test_e2e.py) lets KubeVirt's virt-controller and the
+node's stand-in (or the real node) write the same objects; here each is written exactly, and quickly.
+
+A stuck VM's clock: VM_STUCK_AFTER is 1s and the function's clock runs an hour ahead, so every state is past its
+threshold."""
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from functions.vm_stuck_report import handler
+from functions.vm_stuck_report.settings import load
+from shared.kube import Kube
+from shared.recorder import Recorder
+from shared.runtime import KubeContext
+from simcluster.builders import stuck as b
+from tests import backends
+
+pytestmark = pytest.mark.e2e
+SA = "vmevents/vm-stuck-report"
+FUNCTION = "vm-stuck-report"
+AHEAD = timedelta(hours=1)
+_names = itertools.count(1)
+
+
+@pytest.fixture(scope="module", params=backends.params())
+def cluster(request):
+    found = backends.cluster(request.param, "1.3.1", virt_controller=False)
+    yield found
+    found.stop()
+
+
+def context(cluster, ahead: timedelta = AHEAD, **env) -> KubeContext:
+    kube = Kube(cluster.api_client(service_account=SA))
+    return KubeContext(function=FUNCTION, settings=load({"VM_STUCK_AFTER": "1s", **env}),
+                       clock=lambda: datetime.now(UTC) + ahead, kube=kube, recorder=Recorder(kube, FUNCTION))
+
+
+def report(outcome) -> dict:
+    """The finding a converge announced (`.detected`)."""
+    assert outcome.reply is not None, f"no notice: {outcome.verdict} {outcome.effect}: {outcome.reason}"
+    data = outcome.reply.data
+    [found] = [f for f in data.get("findings", [data]) if f.get("state") == "detected"]
+    return found
+
+
+def stuck_vm(cluster, status: str, *, vmi_phase: str = "Scheduling", conditions=(), **vm_kw) -> tuple[dict, dict]:
+    """A VM whose status KubeVirt wrote as `status`, and its VMI in `vmi_phase` with `conditions`."""
+    name = f"written{next(_names)}"
+    manifest = b.vm(name, status=None, **vm_kw)
+    manifest["metadata"] = {"name": name, "namespace": "default"}
+    manifest.pop("status")
+    vm = cluster.create(manifest)
+    vm = cluster.patch("kubevirt.io/v1", "VirtualMachine", "default", name, {"status": {"printableStatus": status}},
+                       subresource="status")
+    instance = b.vmi(vm, phase=vmi_phase)
+    instance["metadata"] = {k: v for k, v in instance["metadata"].items() if k not in ("uid", "creationTimestamp")}
+    if conditions:
+        instance["status"]["conditions"] = [dict(c) for c in conditions]
+    return vm, cluster.create(instance)
+
+
+def create_pod(cluster, manifest: dict) -> dict:
+    """A pod as the kubelet reports it: created, then its status written (kube-apiserver drops a posted status)."""
+    status = manifest.pop("status", None)
+    manifest["metadata"].pop("uid", None)
+    manifest["metadata"].pop("creationTimestamp", None)
+    created = cluster.create(manifest)
+    if status:
+        created = cluster.patch("v1", "Pod", "default", created["metadata"]["name"], {"status": status},
+                                subresource="status")
+    return created
+
+
+def converge(cluster, vm, ctx=None, delivery: str | None = None, *, tick: bool = True):
+    found = handler.Target("default", vm["metadata"]["name"])
+    return handler.converge(found, ctx or context(cluster), delivery or f"ce-{next(_names)}", tick=tick)
+
+
+# -- 1. the image a containerDisk VM cannot pull, in KubeVirt's init container ------------------------------------
+def test_an_image_pulled_in_the_init_container_is_the_cause_with_kubevirts_condition_and_the_kubelets_events(cluster):
+    """KubeVirt pulls a containerDisk's image in the init container `volume<name>-init`; the kubelet leaves it
+    waiting ErrImagePull and the containers after it PodInitializing; the VMI controller copies the reason and
+    message to the VMI's Synchronized condition; the kubelet records Failed and BackOff on the pod."""
+    image = "registry.example.invalid/vms/fedora:41"
+    message = b.pull_error(image)
+    vm, vmi = stuck_vm(cluster, "ErrImagePull", image=image, conditions=[
+        {"type": "Synchronized", "status": "False", "reason": "ErrImagePull", "message": message}])
+    pod = create_pod(cluster, b.launcher(vmi, pull=("ErrImagePull", message)))
+    now = datetime.now(UTC)
+    cluster.create(b.kubelet_event(pod, "volumecontainerdisk-init", "Failed", f'Failed to pull image "{image}": '
+                                   f'{message}', count=3, when=now))
+    cluster.create(b.kubelet_event(pod, "volumecontainerdisk-init", "BackOff", f'Back-off pulling image "{image}"',
+                                   count=5, kind="Normal", when=now))
+    d = report(converge(cluster, vm))["details"]
+    assert d["cause"] == "image-pull", (d["cause"], d["checked"])
+    evidence = "\n".join(d["evidence"])
+    assert "Synchronized=False (ErrImagePull)" in evidence, evidence  # KubeVirt's own status logic
+    assert f"init container volumecontainerdisk-init (image {image}) waits: ErrImagePull" in evidence, evidence
+    assert f"Failed ×3: Failed to pull image \"{image}\"" in evidence and "BackOff ×5" in evidence, evidence
+    assert f"`kubectl -n default edit vm {vm['metadata']['name']}`" in d["nextStep"], d["nextStep"]
+    assert image in d["nextStep"] and "containerDisk volume containerdisk" in d["nextStep"], d["nextStep"]
+
+
+# -- issue 34 point 6: the scheduler's Events count their repeats in series.count -------------------------------
+def test_the_schedulers_repeats_are_its_series_count(cluster):
+    """kube-scheduler records FailedScheduling with the events.k8s.io recorder: one Event whose `series.count`
+    rises, with no `count` (client-go tools/events). Retried 23 times, the evidence says ×23."""
+    message = b.insufficient("memory", nodes=1)
+    vm, vmi = stuck_vm(cluster, "ErrorUnschedulable", conditions=[
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}])
+    unschedulable = b.pod(vmi, scheduled=("False", "Unschedulable", message))
+    pod = create_pod(cluster, unschedulable)
+    now = datetime.now(UTC)
+    cluster.create(b.scheduler_event(pod, message, repeats=23, first=now - timedelta(minutes=20), last=now))
+    d = report(converge(cluster, vm))["details"]
+    assert d["cause"] == "insufficient-resources"
+    assert any(f"FailedScheduling ×23: {message}" in e for e in d["evidence"]), d["evidence"]
+
+
+@pytest.fixture(scope="module", params=[p for p in backends.params() if p.id == backends.REAL])
+def real_cluster(request):
+    found = backends.cluster(request.param, "1.3.1", virt_controller=False)
+    yield found
+    found.stop()
+
+
+def test_an_events_k8s_io_series_reads_through_core_v1_as_the_function_reads_it(real_cluster):
+    """The fact scheduler_event rests on, asked of a real kube-apiserver: an Event written through events.k8s.io/v1
+    with a series reads through core/v1 with `series.count`, `eventTime`, no `count` and no `lastTimestamp`
+    (pkg/apis/events/v1/conversion.go). The simulator serves core/v1 Events only."""
+    cluster = real_cluster
+    now = datetime.now(UTC)
+    name = f"series{next(_names)}"
+    cluster.create({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                    "metadata": {"name": name, "namespace": "default"},
+                    "regarding": {"apiVersion": "v1", "kind": "Pod", "name": "p", "namespace": "default"},
+                    "reason": "FailedScheduling", "note": "0/1 nodes are available", "type": "Warning",
+                    "action": "Scheduling", "reportingController": "default-scheduler",
+                    "reportingInstance": "default-scheduler-x", "eventTime": b.micro(now),
+                    "series": {"count": 23, "lastObservedTime": b.micro(now)}})
+    read = cluster.get("v1", "Event", "default", name)
+    assert read["series"]["count"] == 23 and read["message"] == "0/1 nodes are available"
+    assert not read.get("count") and not read.get("lastTimestamp") and read.get("eventTime")
