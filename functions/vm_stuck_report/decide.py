@@ -17,7 +17,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from functions.vm_stuck_report.facts import Detail, EventFact, Facts, Stuck
+from functions.vm_stuck_report.facts import Detail, EventFact, Facts, Stuck, refusal
 from functions.vm_stuck_report.settings import GROUPS, MIGRATION_PHASES, OPT_OUT, Settings
 from shared import kubevirt as kv
 from shared import objects as o
@@ -161,7 +161,6 @@ _PLACEMENT = re.compile(r"(\d+) node\(s\) (didn't match Pod's node affinity/sele
                         r"had untolerated taint[^,.]*|had taint[^,.]*|didn't match pod (?:anti-)?affinity rules)")
 _CORDONED = re.compile(r"(\d+) node\(s\) were unschedulable")
 _UNBOUND = re.compile(r"unbound immediate PersistentVolumeClaims|pod has unbound")
-_QUOTA = re.compile(r"exceeded quota")
 IMAGE_PULL_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
 ATTACH_REASONS = ("FailedAttachVolume", "FailedMount")
 
@@ -176,7 +175,7 @@ def diagnose(s: Stuck, detail: Detail) -> Verdict:
         found = rule(s, detail)
         if found is not None:
             return found
-    return _unknown(s)
+    return _unknown(s, detail)
 
 
 def _report(s: Stuck, cause: Cause, evidence: list[Say], step: Say) -> Verdict:
@@ -188,7 +187,7 @@ def _stop(s: Stuck, d: Detail) -> Verdict:
     if node is not None and d.vmi_finalizers and node.ready != "True":
         evidence = [say("finalizers", deleting=d.vmi_deleting, finalizers=d.vmi_finalizers), say("node", node=node)]
         return _report(s, Cause.STOP_NOT_HONOURED, evidence, say("bring-back-or-delete-node", node=node.name))
-    return _unknown(s)
+    return _unknown(s, d)
 
 
 def _volume_missing(s: Stuck, d: Detail) -> Verdict | None:
@@ -198,17 +197,33 @@ def _volume_missing(s: Stuck, d: Detail) -> Verdict | None:
     v = missing[0]
     evidence = [say("claim-missing", volume=v.volume, claim=v.claim)]
     evidence += [say("kubevirt-event", event=e) for e in d.kubevirt_events if e.reason == "FailedPvcNotFound"]
-    return _report(s, Cause.VOLUME_MISSING, evidence, say("create-claim", volume=v.volume, claim=v.claim))
+    return _report(s, Cause.VOLUME_MISSING, evidence,
+                   say("create-claim", namespace=s.namespace, vm=s.vm, volume=v.volume, claim=v.claim))
 
 
 def _quota(s: Stuck, d: Detail) -> Verdict | None:
-    refused = [e for e in d.kubevirt_events if e.reason == "FailedCreate" and _QUOTA.search(e.message)]
-    if not refused and not d.quotas:
+    """A ResourceQuota refused the (target) pod. Its refusal names the quota and the resources it exceeds, with
+    the numbers the admission counted (KubeVirt's FailedCreate on the VMI for a start or a migration; the VMI's
+    Synchronized condition for a start); else the quotas' status says which one has no room (docs/facts.md §7)."""
+    refusals = [(e, r) for e in d.kubevirt_events if e.reason == "FailedCreate" for r in [refusal(e.message)] if r]
+    synced = d.synchronized if d.synchronized and d.synchronized[:2] == ("False", "FailedCreate") else None
+    said = refusal(synced[2]) if synced else None
+    if not refusals and said is None and not d.quotas:
         return None
-    evidence = [say("kubevirt-event", event=e) for e in refused[:1]]
-    evidence += [say("quota", quota=q, looked_for=d.pod_looked_for) for q in d.quotas]
-    which = d.quotas[0].name if d.quotas else ""
-    return _report(s, Cause.QUOTA, evidence, say("raise-quota", quota=which, migrating=s.group == "migrating"))
+    evidence = [say("kubevirt-event", event=refusals[-1][0])] if refusals else \
+        [say("synchronized", vmi=s.vm, condition=synced)] if said else []
+    refused = refusals[-1][1] if refusals else said
+    if refused is not None and refused.limited:
+        evidence += [say("refused", refusal=refused, resource=r, looked_for=d.pod_looked_for)
+                     for r in sorted(refused.limited)]
+    else:
+        evidence += [say("quota", quota=q, looked_for=d.pod_looked_for) for q in d.quotas]
+    name = refused.quota if refused is not None else d.quotas[0].name if d.quotas else ""
+    if refused is not None and refused.unspecified:
+        return _report(s, Cause.QUOTA, evidence, say("set-limits", namespace=s.namespace, vm=s.vm, quota=name,
+                                                     unspecified=refused.unspecified))
+    return _report(s, Cause.QUOTA, evidence, say("raise-quota", namespace=s.namespace, quota=name,
+                                                 migrating=s.group == "migrating"))
 
 
 def _scheduling(s: Stuck, d: Detail) -> Verdict | None:
@@ -229,26 +244,29 @@ def _scheduling(s: Stuck, d: Detail) -> Verdict | None:
     for count in _CORDONED.findall(message):
         reasons.append((int(count), 2, "cordoned", ""))
     if _UNBOUND.search(message):
-        return _volume_unbound(s, d, evidence) or _report(s, Cause.VOLUME_UNBOUND, evidence, say("bind-claims"))
+        return _volume_unbound(s, d, evidence) or _report(s, Cause.VOLUME_UNBOUND, evidence,
+                                                          say("bind-claims", namespace=s.namespace))
     if not reasons:
         return None  # the scheduler said something we cannot read: unknown, with its message among the checks
     _, _, kind, detail = max(reasons, key=lambda r: (r[0], -r[1]))
     if kind == "insufficient":
         return _insufficient(s, d, detail, evidence)
     if kind == "placement":
-        return _report(s, Cause.PLACEMENT, evidence, say("relax-placement"))
-    return _report(s, Cause.NODE_UNSCHEDULABLE, evidence, say("uncordon"))
+        return _report(s, Cause.PLACEMENT, evidence, say("relax-placement", namespace=s.namespace, vm=s.vm))
+    return _report(s, Cause.NODE_UNSCHEDULABLE, evidence, say("uncordon", nodes=d.cordoned))
 
 
 def _insufficient(s: Stuck, d: Detail, resource: str, evidence: list[Say]) -> Verdict:
     having = d.nodes_with.get(resource)
     if resource in d.device_resources and having is not None and len(having) == 1:
         evidence.append(say("only-node-has", node=having[0], total=d.nodes_total, resource=resource))
-        return _report(s, Cause.DEVICE_ON_ONE_NODE, evidence, say("free-device", node=having[0], resource=resource))
+        return _report(s, Cause.DEVICE_ON_ONE_NODE, evidence,
+                       say("free-device", namespace=s.namespace, vm=s.vm, node=having[0], resource=resource))
     if resource in d.device_resources and having is not None and not having:
         evidence.append(say("no-node-has", resource=resource))
     device = resource in d.device_resources or "/" in resource
-    return _report(s, Cause.INSUFFICIENT, evidence, say("free-resource", resource=resource, device=device))
+    return _report(s, Cause.INSUFFICIENT, evidence, say("free-resource", namespace=s.namespace, vm=s.vm,
+                                                         resource=resource, device=device))
 
 
 def _volume_unbound(s: Stuck, d: Detail, evidence: list[Say] | None = None) -> Verdict | None:
@@ -263,9 +281,9 @@ def _volume_unbound(s: Stuck, d: Detail, evidence: list[Say] | None = None) -> V
         step = say("create-class", volume=v)
     elif v.storage_class:
         out.append(say("class", volume=v))
-        step = say("check-provisioner", volume=v)
+        step = say("check-provisioner", namespace=s.namespace, volume=v)
     else:
-        step = say("give-class", volume=v)
+        step = say("give-class", namespace=s.namespace, volume=v)
     return _report(s, Cause.VOLUME_UNBOUND, out, step)
 
 
@@ -279,11 +297,12 @@ def _attach(s: Stuck, d: Detail) -> Verdict | None:
     evidence += [say("longhorn", volume=v) for v in longhorn]
     bad = next((v for v in longhorn if v.longhorn_robustness == "faulted"), None)
     if bad is not None:
-        step = say("salvage", volume=bad.longhorn)
+        step = say("salvage", volume=bad.longhorn, longhorn=d.longhorn_namespace)
     elif longhorn:
-        step = say("longhorn-attach", volume=longhorn[0].longhorn, node=pod.node if pod else "")
+        step = say("longhorn-attach", volume=longhorn[0].longhorn, node=pod.node if pod else "",
+                   longhorn=d.longhorn_namespace)
     else:
-        step = say("csi-attach")
+        step = say("csi-attach", namespace=s.namespace, pod=pod.name if pod else "")
     return _report(s, Cause.VOLUME_ATTACH, evidence, step)
 
 
@@ -333,8 +352,11 @@ def _node(s: Stuck, d: Detail) -> Verdict | None:
         return None
     if node.ready == "True":
         return None  # cordoned but Ready: a pod already bound there still starts
-    return _report(s, Cause.NODE_NOT_READY, [say("node", node=node)], say("bring-back-node", node=node.name))
+    return _report(s, Cause.NODE_NOT_READY, [say("node", node=node)],
+                   say("bring-back-node", namespace=s.namespace, vm=s.vm, node=node.name))
 
 
-def _unknown(s: Stuck) -> Verdict:
-    return Verdict(Action.REPORT, say("reported", stuck=s, cause=Cause.UNKNOWN), s, Cause.UNKNOWN, (), say("look"))
+def _unknown(s: Stuck, d: Detail | None = None) -> Verdict:
+    pod = d.pod.name if d is not None and d.pod is not None else ""
+    return Verdict(Action.REPORT, say("reported", stuck=s, cause=Cause.UNKNOWN), s, Cause.UNKNOWN, (),
+                   say("look", namespace=s.namespace, vm=s.vm, pod=pod))

@@ -97,6 +97,35 @@ class QuotaFacts:
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """The ResourceQuota admission's refusal of a pod, as its message names it (k8s.io/apiserver
+    plugin/resourcequota controller.go): "exceeded quota: <name>, requested: <r=q,…>, used: <…>, limited: <…>" —
+    only the resources it exceeds —, or "failed quota: <name>: must specify <resources> for: <containers>"."""
+
+    quota: str
+    requested: Mapping[str, str] = field(default_factory=dict)
+    used: Mapping[str, str] = field(default_factory=dict)
+    limited: Mapping[str, str] = field(default_factory=dict)
+    unspecified: str = ""   # "must specify …": what the pod lacks
+
+
+_EXCEEDED = re.compile(r"exceeded quota: ([a-z0-9.-]+)(?:, requested: (\S+), used: (\S+), limited: ([^\s\\\"']+))?")
+_UNSPECIFIED = re.compile(r"failed quota: ([a-z0-9.-]+): must specify ([^\\\"']+)")
+
+
+def refusal(message: str) -> Refusal | None:
+    """The quota refusal a message carries (KubeVirt's FailedCreate "Error creating pod: …", the VMI's Synchronized
+    condition "failed to create virtual machine pod: …"), or None."""
+    found = _EXCEEDED.search(message)
+    if found:
+        def pairs(text: str | None) -> dict[str, str]:
+            return dict(p.partition("=")[::2] for p in (text or "").rstrip(".,").split(",") if "=" in p)
+        return Refusal(found.group(1), pairs(found.group(2)), pairs(found.group(3)), pairs(found.group(4)))
+    found = _UNSPECIFIED.search(message)
+    return Refusal(found.group(1), unspecified=found.group(2).strip()) if found else None
+
+
+@dataclass(frozen=True)
 class Detail:
     """What the handler read fresh to explain one stuck VM (only for a VM stuck past its threshold)."""
 
@@ -109,6 +138,8 @@ class Detail:
     volumes: tuple[VolumeFacts, ...] = ()
     node: NodeFacts | None = None
     quotas: tuple[QuotaFacts, ...] = ()                 # the ResourceQuotas the pod would exceed
+    cordoned: tuple[str, ...] = ()                      # the cordoned nodes (read when the scheduler names some)
+    longhorn_namespace: str = "longhorn-system"
     kubevirt_events: tuple[EventFact, ...] = ()         # on the VM, VMI and VMIM: FailedCreate, FailedPvcNotFound
     device_resources: frozenset[str] = frozenset()      # the VM's hostDevices' and gpus' deviceNames
     nodes_with: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # resource -> nodes that have any
@@ -147,9 +178,11 @@ def quantity(text: object) -> float | None:
     return value * _SUFFIX[match.group(3) or ""]
 
 
-def exceeded(quota: Mapping, requests: Mapping[str, str]) -> tuple[QuotaFacts, ...]:
+def exceeded(quota: Mapping, requests: Mapping[str, str],
+             limits: Mapping[str, str] | None = None) -> tuple[QuotaFacts, ...]:
     """The resources of a ResourceQuota (its status: hard and used, kept by kube-controller-manager) that one
-    more pod with these requests would exceed (the quota admission's rule: used + requested > hard)."""
+    more pod with these requests and limits would exceed (the quota admission's rule: used + requested > hard).
+    Harvester's and Rancher's namespace quotas are usually on limits.cpu and limits.memory."""
     hard, used = o.strings(quota, "status", "hard"), o.strings(quota, "status", "used")
     name = o.string(quota, "metadata", "name")
     asked = {"pods": "1", "count/pods": "1"}
@@ -157,6 +190,8 @@ def exceeded(quota: Mapping, requests: Mapping[str, str]) -> tuple[QuotaFacts, .
         asked[f"requests.{resource}"] = value
         if resource in ("cpu", "memory"):
             asked[resource] = value
+    for resource, value in (limits or {}).items():
+        asked[f"limits.{resource}"] = value
     out = []
     for resource, value in sorted(asked.items()):
         limit, now, need = quantity(hard.get(resource)), quantity(used.get(resource, "0")), quantity(value)

@@ -67,20 +67,24 @@ def read_detail(ctx: KubeContext[Settings], s: Stuck, vm: dict, vmi: dict | None
     node_name = (o.string(pod, "spec", "nodeName") if pod else "") or (o.string(vmi, "status", "nodeName")
                                                                          if vmi and not vmim else "")
     quotas: tuple = ()
-    refused = any(e.reason == "FailedCreate" and "quota" in e.message for e in kubevirt_events)
+    refused = any(e.reason == "FailedCreate" and "quota" in e.message for e in kubevirt_events) or \
+        bool(synchronized and synchronized[1] == "FailedCreate" and "quota" in synchronized[2])
     if pod is None or refused:  # a pod that exists was admitted: a quota cannot be what holds it
         source = _newest(list(ctx.kube.list(POD, namespace, label_selector=f"{CREATED_BY}={vmi_uid}"))) \
             if vmim and vmi_uid else None
-        requests = _requests(source) if source else _vmi_requests(spec)
-        quotas = tuple(q for quota in ctx.kube.list(QUOTA, namespace) for q in exceeded(quota, requests))
+        requests, limits = _resources(source) if source else _vmi_resources(spec)
+        quotas = tuple(q for quota in ctx.kube.list(QUOTA, namespace) for q in exceeded(quota, requests, limits))
     devices = frozenset(str(d.get("deviceName")) for key in ("hostDevices", "gpus")
                         for d in o.objects(spec, "domain", "devices", key) if d.get("deviceName"))
     nodes_with: dict[str, tuple[str, ...]] = {}
-    total = 0
+    total, cordoned = 0, ()
     message = pod_facts.scheduled[2] if pod_facts and pod_facts.scheduled else ""
-    if any(f"Insufficient {d}" in message for d in devices):
+    wanted = [d for d in devices if f"Insufficient {d}" in message]
+    if wanted or "were unschedulable" in message:  # which nodes have the device; which are cordoned
         nodes = list(ctx.kube.list(NODE))
         total = len(nodes)
+        cordoned = tuple(sorted(o.string(n, "metadata", "name") for n in nodes
+                                if o.flag(n, "spec", "unschedulable") is True))
         for device in devices:
             nodes_with[device] = tuple(sorted(
                 o.string(n, "metadata", "name") for n in nodes
@@ -88,7 +92,8 @@ def read_detail(ctx: KubeContext[Settings], s: Stuck, vm: dict, vmi: dict | None
     return Detail(vmi_deleting=bool(kv.meta(vmi).get("deletionTimestamp")) if vmi else False,
                   synchronized=synchronized, container_disks=disks,
                   pod=pod_facts, pod_looked_for=looked_for, volumes=volumes,
-                  node=_node(ctx, node_name) if node_name else None, quotas=quotas,
+                  node=_node(ctx, node_name) if node_name else None, quotas=quotas, cordoned=cordoned,
+                  longhorn_namespace=ctx.settings.longhorn_namespace,
                   kubevirt_events=kubevirt_events, device_resources=devices, nodes_with=nodes_with, nodes_total=total)
 
 
@@ -196,20 +201,25 @@ def _node(ctx: KubeContext[Settings], name: str) -> NodeFacts | None:
                      unschedulable=o.flag(node, "spec", "unschedulable") is True, taints=taints)
 
 
-def _requests(pod: dict) -> dict[str, str]:
-    """A pod's cpu and memory requests, summed over its containers (what the quota admission counts)."""
-    total: dict[str, float] = {}
-    for container in o.objects(pod, "spec", "containers"):
-        for resource, value in o.strings(container, "resources", "requests").items():
-            if resource in ("cpu", "memory"):
-                total[resource] = total.get(resource, 0.0) + (quantity(value) or 0.0)
-    return {k: _format(k, v) for k, v in total.items()}
+def _resources(pod: dict) -> tuple[dict[str, str], dict[str, str]]:
+    """A pod's cpu and memory requests and limits, summed over its containers (what the quota admission counts;
+    a migration's target pod repeats its source's: pkg/virt-controller/watch/migration.go)."""
+    def total(kind: str) -> dict[str, str]:
+        found: dict[str, float] = {}
+        for container in o.objects(pod, "spec", "containers"):
+            for resource, value in o.strings(container, "resources", kind).items():
+                if resource in ("cpu", "memory"):
+                    found[resource] = found.get(resource, 0.0) + (quantity(value) or 0.0)
+        return {k: _format(k, v) for k, v in found.items()}
+    return total("requests"), total("limits")
 
 
-def _vmi_requests(spec: Mapping) -> dict[str, str]:
-    """The guest's own requests, for a launcher pod that could not be created (KubeVirt adds its overhead)."""
-    found = o.strings(spec, "domain", "resources", "requests")
-    return {k: v for k, v in found.items() if k in ("cpu", "memory")}
+def _vmi_resources(spec: Mapping) -> tuple[dict[str, str], dict[str, str]]:
+    """The guest's own requests and limits, for a launcher pod that could not be created (KubeVirt adds its
+    overhead: the refusal's message, when there is one, has the pod's numbers)."""
+    def found(kind: str) -> dict[str, str]:
+        return {k: v for k, v in o.strings(spec, "domain", "resources", kind).items() if k in ("cpu", "memory")}
+    return found("requests"), found("limits")
 
 
 def _format(resource: str, value: float) -> str:

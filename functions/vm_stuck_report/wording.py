@@ -104,6 +104,10 @@ _EVIDENCE: dict[str, Callable[..., str]] = {
     "claim-missing": lambda volume, claim: f"volume {volume} names PVC {claim}, which does not exist",
     "quota": lambda quota, looked_for: (f"ResourceQuota {quota.name}: {quota.resource} used {quota.used} of "
                                         f"{quota.hard}, the {looked_for or 'launcher'} pod needs {quota.requested}"),
+    "refused": lambda refusal, resource, looked_for: (
+        f"ResourceQuota {refusal.quota}: {resource} used {refusal.used.get(resource, '?')} of "
+        f"{refusal.limited[resource]}, the {looked_for or 'launcher'} pod asked "
+        f"{refusal.requested.get(resource, '?')}"),
     "only-node-has": lambda node, total, resource: f"only node {node} of {total} has any {resource}",
     "no-node-has": lambda resource: f"no node has any {resource}",
     "claim-pending": _claim_pending,
@@ -127,19 +131,57 @@ def evidence(verdict: Verdict) -> list[str]:
     return [_word(_EVIDENCE, e) for e in verdict.evidence]
 
 
-# -- the next step -------------------------------------------------------------------------------------
-def _raise_quota(quota: str, migrating: bool) -> str:
-    which = quota or "the namespace's ResourceQuota"
-    what = "migrate" if migrating else "start"
-    return (f"Raise {which} (`kubectl edit resourcequota {which}`) or free room in the namespace: the "
-            f"{'target' if migrating else 'launcher'} pod must fit beside the pods already counted (a migration "
-            f"briefly needs the VM's resources twice), then KubeVirt retries and the VM can {what}.")
+# -- the next step: each names a command to run as printed -------------------------------------------------
+def _bring_back_or_delete_node(node: str) -> str:
+    return (f"Bring node {node} back (`kubectl describe node {node}` says why it is not Ready); virt-handler there "
+            f"completes the stop. If the node is gone for good, power it off for certain and then delete its Node "
+            f"object (`kubectl delete node {node}`): KubeVirt then fails the VMI and the stop completes. Do not remove "
+            f"the finalizers by hand while the guest may still run there.")
 
 
-def _free_resource(resource: str, device: bool) -> str:
+def _create_claim(namespace: str, vm: str, volume: str, claim: str) -> str:
+    return (f"Create PVC {claim} in namespace {namespace} (or restore it), or point volume {volume} at a PVC that "
+            f"exists (`kubectl -n {namespace} edit vm {vm}`); KubeVirt starts the VM once it appears.")
+
+
+def _raise_quota(namespace: str, quota: str, migrating: bool) -> str:
+    pod, what = ("target", "migrate") if migrating else ("launcher", "start")
+    which = (f"Raise ResourceQuota {quota} (`kubectl -n {namespace} edit resourcequota {quota}`)" if quota else
+             f"Raise the ResourceQuota that has no room (`kubectl -n {namespace} describe resourcequota` lists them)")
+    return (f"{which} or free room in namespace {namespace}: the {pod} pod must fit beside the pods already counted"
+            + (" (a migration briefly needs the VM's resources twice)" if migrating else "")
+            + f", then KubeVirt retries and the VM can {what}.")
+
+
+def _set_limits(namespace: str, vm: str, quota: str, unspecified: str) -> str:
+    return (f"ResourceQuota {quota} admits only pods that specify {unspecified}: give the VM limits "
+            f"(`kubectl -n {namespace} edit vm {vm}`, spec.template.spec.domain.resources.limits), or a LimitRange "
+            f"default (`kubectl -n {namespace} get limitrange`); then KubeVirt retries.")
+
+
+def _uncordon(nodes: tuple[str, ...]) -> str:
+    command = f"`kubectl uncordon {' '.join(nodes)}`" if nodes else "`kubectl get nodes` shows them SchedulingDisabled"
+    return (f"The nodes that would fit are cordoned (maintenance or a drain): uncordon them once it is over "
+            f"({command}), or add capacity; the scheduler retries by itself.")
+
+
+def _free_resource(namespace: str, vm: str, resource: str, device: bool) -> str:
     what = "device" if device else resource
-    return (f"No node has the {what} the VM requests free ({resource}): free it (stop or move another VM), lower the "
-            f"VM's request, or add a node with more; the scheduler retries by itself.")
+    return (f"No node has the {what} the VM requests free ({resource}): free it on a node (stop or move another VM; "
+            f"`kubectl describe nodes` shows what each has allocated), lower the VM's request "
+            f"(`kubectl -n {namespace} edit vm {vm}`), or add a node with more; the scheduler retries by itself.")
+
+
+def _free_device(namespace: str, vm: str, node: str, resource: str) -> str:
+    return (f"Only node {node} has {resource}: free it there (`kubectl get vmi -A -o wide` lists the VMs on {node}; "
+            f"stop the one holding it), or give this VM another device type (`kubectl -n {namespace} edit vm {vm}`); "
+            f"the VM can run nowhere else.")
+
+
+def _look(namespace: str, vm: str, pod: str) -> str:
+    pods = f", `kubectl -n {namespace} describe pod {pod}`" if pod else ""
+    return (f"The cause is not among the facts checked: read `kubectl -n {namespace} describe vm {vm}`, "
+            f"`kubectl -n {namespace} describe vmi {vm}`{pods}, and virt-controller's and virt-handler's logs.")
 
 
 def _fix_image(namespace: str, vm: str, image: str, volume: str, node: str) -> str:
@@ -150,55 +192,52 @@ def _fix_image(namespace: str, vm: str, image: str, volume: str, node: str) -> s
             f"retries by itself.")
 
 
-_STEPS: dict[str, Callable[..., str]] = {
-    "bring-back-or-delete-node": lambda node: (
-        f"Bring node {node} back (virt-handler on it completes the stop). If the node is gone for good, power it off "
-        f"for certain and then delete its Node object (`kubectl delete node {node}`): KubeVirt then fails the VMI and "
-        f"the stop completes. Do not remove the finalizers by hand while the guest may still run there."),
-    "create-claim": lambda volume, claim: (
-        f"Create PVC {claim} (or restore it), or edit the VM so that volume {volume} names a PVC that exists; KubeVirt "
-        f"starts the VM once it appears."),
+STEPS: dict[str, Callable[..., str]] = {
+    "bring-back-or-delete-node": _bring_back_or_delete_node,
+    "create-claim": _create_claim,
     "raise-quota": _raise_quota,
-    "bind-claims": lambda: "Bind the VM's PVCs: check their StorageClass and provisioner.",
-    "relax-placement": lambda: (
-        "No node matches the VM's placement: relax `spec.template.spec.nodeSelector` / `affinity`, add a toleration "
-        "for the nodes' taints, or label / untaint a node that should run it."),
-    "uncordon": lambda: (
-        "The nodes that would fit are cordoned (maintenance or a drain). Uncordon a node (`kubectl uncordon <node>`) "
-        "once its maintenance is over, or add capacity; the scheduler retries by itself."),
-    "free-device": lambda node, resource: (
-        f"Only {node} has {resource}: free it there (stop the VM holding it), or give this VM another device type; "
-        f"the VM can run nowhere else."),
+    "set-limits": _set_limits,
+    "bind-claims": lambda namespace: (
+        f"Bind the VM's PVCs: `kubectl -n {namespace} get pvc` shows which is Pending; check its StorageClass and "
+        f"provisioner."),
+    "relax-placement": lambda namespace, vm: (
+        f"No node matches the VM's placement: relax its nodeSelector or affinity, or add a toleration for the nodes' "
+        f"taints (`kubectl -n {namespace} edit vm {vm}`, spec.template.spec); or label or untaint a node that should "
+        f"run it (`kubectl get nodes --show-labels`)."),
+    "uncordon": _uncordon,
+    "free-device": _free_device,
     "free-resource": _free_resource,
     "create-class": lambda volume: (
         f"Create StorageClass {volume.storage_class}, or recreate PVC {volume.claim} with a StorageClass that exists "
         f"(`kubectl get storageclass`)."),
-    "check-provisioner": lambda volume: (
-        f"Check provisioner {volume.provisioner or 'of ' + volume.storage_class} (its pods and its Events on PVC "
-        f"{volume.claim}, `kubectl describe pvc {volume.claim}`): it has not provisioned a volume."),
-    "give-class": lambda volume: (
-        f"Give PVC {volume.claim} a StorageClass, or create a PersistentVolume it can bind to."),
-    "salvage": lambda volume: (
-        f"Longhorn volume {volume} is faulted (no healthy replica): salvage it in the Longhorn UI (Volume → Salvage) "
-        f"or restore it from a backup, then the attach succeeds."),
-    "longhorn-attach": lambda volume, node: (
-        f"See why Longhorn cannot attach {volume} to node {node or '?'}: its replicas and engine in the Longhorn UI, "
-        f"and longhorn-manager's log on that node."),
-    "csi-attach": lambda: (
-        "See why the CSI driver cannot attach or mount the volume: `kubectl describe` the VolumeAttachment and the "
-        "driver's node plugin log on the pod's node."),
+    "check-provisioner": lambda namespace, volume: (
+        f"Check provisioner {volume.provisioner or 'of ' + volume.storage_class} (its pods, and its Events on PVC "
+        f"{volume.claim}: `kubectl -n {namespace} describe pvc {volume.claim}`): it has not provisioned a volume."),
+    "give-class": lambda namespace, volume: (
+        f"PVC {volume.claim} names no StorageClass and no PersistentVolume binds it (`kubectl -n {namespace} describe "
+        f"pvc {volume.claim}`): recreate it with a StorageClass that exists (`kubectl get storageclass`), or create a "
+        f"PersistentVolume it can bind to."),
+    "salvage": lambda volume, longhorn: (
+        f"Longhorn volume {volume} is faulted (no healthy replica: `kubectl -n {longhorn} get volumes.longhorn.io "
+        f"{volume}`): salvage it in the Longhorn UI (Volume → Salvage) or restore it from a backup, then the attach "
+        f"succeeds."),
+    "longhorn-attach": lambda volume, node, longhorn: (
+        f"See why Longhorn cannot attach {volume} to node {node or 'the pod’s node'}: `kubectl -n {longhorn} "
+        f"describe volumes.longhorn.io {volume}`, its replicas and engine in the Longhorn UI, and longhorn-manager's "
+        f"log on that node."),
+    "csi-attach": lambda namespace, pod: (
+        f"See why the CSI driver cannot attach or mount the volume: `kubectl -n {namespace} describe pod {pod}` and "
+        f"`kubectl get volumeattachments` show its error; then the driver's node plugin log on the pod's node."),
     "fix-image": _fix_image,
-    "bring-back-node": lambda node: (
-        f"Bring node {node} back (its kubelet and virt-handler); or stop the VM and start it again so that it is "
-        f"placed on a Ready node."),
-    "look": lambda: (
-        "The cause is not among the facts checked: read `kubectl describe vm`, the VMI and its launcher pod, and "
-        "virt-controller's and virt-handler's logs."),
+    "bring-back-node": lambda namespace, vm, node: (
+        f"Bring node {node} back (`kubectl describe node {node}`: its kubelet and virt-handler), or restart the VM so "
+        f"that it is placed on a Ready node (`virtctl -n {namespace} restart {vm}`)."),
+    "look": _look,
 }
 
 
 def next_step(verdict: Verdict) -> str:
-    return _word(_STEPS, verdict.step) if verdict.step is not None else ""
+    return _word(STEPS, verdict.step) if verdict.step is not None else ""
 
 
 # -- what was checked ----------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 names (one row per cause), with its evidence and next step; unknown when the facts say nothing."""
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from datetime import timedelta
 
@@ -136,9 +137,9 @@ def test_the_defaults_are_no_shorter_than_kubevirts_alerts():
 
 
 # -- diagnose(): one cause, evidence, next step ---------------------------------------------------------
-STARTING = Stuck("ErrorUnschedulable", "starting", at(15), "vmi-uid", timedelta(minutes=10))
-STOPPING = Stuck("Stopping", "stopping", at(15), "vmi-uid", timedelta(minutes=10))
-MIGRATING = Stuck("MigrationPending", "migrating", at(15), "vmim-uid", timedelta(minutes=10), "mig1")
+STARTING = Stuck("ErrorUnschedulable", "starting", at(15), "vmi-uid", timedelta(minutes=10), vm="vm1")
+STOPPING = Stuck("Stopping", "stopping", at(15), "vmi-uid", timedelta(minutes=10), vm="vm1")
+MIGRATING = Stuck("MigrationPending", "migrating", at(15), "vmim-uid", timedelta(minutes=10), "mig1", vm="vm1")
 
 
 def case(s, **detail):
@@ -159,7 +160,8 @@ ROWS = [
                  "Insufficient cpu", "add a node", id="insufficient-cpu-beats-fewer-affinity-misses"),
     pytest.param(case(STARTING, pod=_unschedulable(b.insufficient(GPU, nodes=3, short=3)),
                        device_resources=frozenset({GPU}), nodes_with={GPU: ("node-b",)}, nodes_total=3),
-                 Cause.DEVICE_ON_ONE_NODE, "only node node-b of 3", "Only node-b has", id="device-only-one-node-has"),
+                 Cause.DEVICE_ON_ONE_NODE, "only node node-b of 3", "Only node node-b has",
+                 id="device-only-one-node-has"),
     pytest.param(case(STARTING, pod=_unschedulable(b.insufficient(GPU, nodes=3, short=3)),
                        device_resources=frozenset({GPU}), nodes_with={GPU: ("node-a", "node-b")}, nodes_total=3),
                  Cause.INSUFFICIENT, f"Insufficient {GPU}", "free it", id="device-on-two-nodes"),
@@ -213,7 +215,8 @@ ROWS = [
                        kubevirt_events=(EventFact("VirtualMachineInstance/vm1", "FailedCreate",
                                                   'Error creating pod: pods "virt-launcher-vm1-x" is forbidden: '
                                                   'exceeded quota: compute'),)),
-                 Cause.QUOTA, "requests.memory used 7Gi of 8Gi", "Raise compute", id="migration-quota"),
+                 Cause.QUOTA, "requests.memory used 7Gi of 8Gi", "`kubectl -n default edit resourcequota compute`",
+                 id="migration-quota"),
     pytest.param(case(STOPPING, vmi_deleting=True, vmi_finalizers=("foregroundDeleteVirtualMachine",),
                        node=NodeFacts("node-a", ready="Unknown", ready_reason="NodeStatusUnknown")),
                  Cause.STOP_NOT_HONOURED, "foregroundDeleteVirtualMachine", "kubectl delete node node-a",
@@ -255,6 +258,70 @@ def test_stop_not_honoured_needs_the_node_not_ready():
     s, detail = facts
     assert diagnose(s, detail).cause is Cause.STOP_NOT_HONOURED
     assert diagnose(s, replace(detail, node=replace(detail.node, ready="True"))).cause is Cause.UNKNOWN
+
+
+LIMITS_REFUSED = ('Error creating pod: pods "virt-launcher-vm1-x" is forbidden: exceeded quota: tenant-quota, '
+                  'requested: limits.memory=2262Mi, used: limits.memory=15Gi, limited: limits.memory=16Gi')
+MORE = [  # the next steps the rows above do not reach
+    pytest.param(case(MIGRATING, pod_looked_for="migration target", kubevirt_events=(
+        EventFact("VirtualMachineInstance/vm1", "FailedCreate", LIMITS_REFUSED),)), id="quota-on-limits"),
+    pytest.param(case(STARTING, synchronized=("False", "FailedCreate", 'failed to create virtual machine pod: pods '
+                                              '"virt-launcher-vm1-x" is forbidden: failed quota: compute: must specify '
+                                              'limits.memory for: compute')), id="quota-wants-limits"),
+    pytest.param(case(STARTING, pod=_unschedulable("0/1 nodes are available: pod has unbound immediate "
+                                                   "PersistentVolumeClaims.")), id="unbound-claims-unread"),
+    pytest.param(case(STARTING, volumes=(VolumeFacts("disk-0", "vm1-disk", phase="Pending"),)), id="no-class"),
+    pytest.param(case(STARTING, pod=PodFacts("virt-launcher-vm1-abcde", node="node-a", scheduled=("True", "", ""),
+                                             events=(EventFact("Pod/virt-launcher-vm1-abcde", "FailedAttachVolume",
+                                                               "AttachVolume.Attach failed", 2),)),
+                      volumes=(VolumeFacts("disk-0", "vm1-disk", phase="Bound", longhorn="pvc-1",
+                                           longhorn_state="detached", longhorn_robustness="degraded"),)),
+                 id="longhorn-attach"),
+    pytest.param(case(STARTING, pod=PodFacts("virt-launcher-vm1-abcde", node="node-a", scheduled=("True", "", ""),
+                                             events=(EventFact("Pod/virt-launcher-vm1-abcde", "FailedMount",
+                                                               "MountVolume.SetUp failed", 2),))), id="csi-attach"),
+    pytest.param(case(STARTING, pod=PodFacts("p", scheduled=("True", "", ""))), id="unknown"),
+]
+COMMAND = re.compile(r"`((?:kubectl|virtctl) [^`]+)`")
+NAMESPACED = re.compile(r"\b(vm|vmi|pod|pvc|resourcequota|limitrange|datavolume|volumes\.longhorn\.io|restart)\b")
+
+
+@pytest.mark.parametrize("facts", [p.values[0] for p in ROWS] + [p.values[0] for p in MORE],
+                         ids=[p.id for p in ROWS] + [p.id for p in MORE])
+def test_every_next_step_names_a_command_to_run_as_printed(facts):
+    """Issue 35: no placeholder (`<node>`), no description in place of a name ("the namespace's ResourceQuota"),
+    and a namespaced object with its namespace."""
+    step = wording.next_step(diagnose(*facts))
+    commands = COMMAND.findall(step)
+    assert commands, step
+    for command in commands:
+        assert not re.search(r"[<>]|'s |\bthe\b", command), command
+        if NAMESPACED.search(command) and " -A" not in command:
+            assert re.search(r" -n [a-z0-9-]+ ", command), command
+
+
+def test_the_rows_reach_every_next_step():
+    kinds = {diagnose(*p.values[0]).step.kind for p in ROWS + MORE}
+    assert kinds == set(wording.STEPS), set(wording.STEPS) - kinds
+
+
+def test_a_quota_refusal_names_the_quota_and_its_numbers_on_limits():
+    """Harvester's and Rancher's namespace quotas are on limits.*: the admission's message names the quota and
+    what it exceeds (k8s.io/apiserver plugin/resourcequota controller.go); the requests arithmetic finds nothing."""
+    verdict = diagnose(*MORE[0].values[0])
+    assert verdict.cause is Cause.QUOTA
+    assert "ResourceQuota tenant-quota: limits.memory used 15Gi of 16Gi, the migration target pod asked 2262Mi" in \
+        wording.evidence(verdict)
+    assert "`kubectl -n default edit resourcequota tenant-quota`" in wording.next_step(verdict)
+    wants = diagnose(*MORE[1].values[0])
+    assert wants.cause is Cause.QUOTA and "specify limits.memory for: compute" in wording.next_step(wants)
+
+
+def test_a_quota_on_limits_is_exceeded_by_the_pods_limits():
+    q = b.quota(hard={"limits.memory": "16Gi"}, used={"limits.memory": "15Gi"})
+    assert not exceeded(q, {"memory": "2262Mi"})
+    [over] = exceeded(q, {"memory": "2262Mi"}, {"memory": "2262Mi"})
+    assert (over.resource, over.used, over.hard) == ("limits.memory", "15Gi", "16Gi")
 
 
 @pytest.mark.parametrize("text,value", [("500m", 0.5), ("2Gi", 2 * 2**30), ("1.5", 1.5), ("1e3", 1000.0),

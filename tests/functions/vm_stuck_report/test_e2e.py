@@ -184,7 +184,7 @@ def test_a_device_only_one_node_has(world, nodes):
     name = world.create_vm(devices=(GPU, GPU))
     world.wait_status(name, "ErrorUnschedulable")
     notice = world.reported(name)
-    _check(notice, "ErrorUnschedulable", "device-on-one-node", "only node gpu-b of 2 has any", "Only gpu-b has")
+    _check(notice, "ErrorUnschedulable", "device-on-one-node", "only node gpu-b of 2 has any", "Only node gpu-b has")
     world.halt(name)
     world.wait_status(name, "Stopped")
     world.resolved(name)
@@ -350,7 +350,7 @@ def test_a_migration_a_resource_quota_has_no_room_for(world):
                                      when=datetime.now(UTC)))
         evidence = "ResourceQuota vm-quota: requests.memory used 3Gi of 4Gi"
     notice = world.reported(name)
-    _check(notice, "MigrationPending", "quota-exceeded", evidence, "Raise vm-quota")
+    _check(notice, "MigrationPending", "quota-exceeded", evidence, "`kubectl -n default edit resourcequota vm-quota`")
     assert notice["details"]["migration"] == vmim["metadata"]["name"]
     world.cluster.delete("kubevirt.io/v1", "VirtualMachineInstanceMigration", "default", vmim["metadata"]["name"])
     assert "no longer exists" in world.resolved(name)["details"]["because"]

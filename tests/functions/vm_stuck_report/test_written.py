@@ -107,6 +107,35 @@ def test_an_image_pulled_in_the_init_container_is_the_cause_with_kubevirts_condi
     assert image in d["nextStep"] and "containerDisk volume containerdisk" in d["nextStep"], d["nextStep"]
 
 
+# -- 2. a migration a ResourceQuota on limits has no room for ------------------------------------------------
+def test_a_migration_refused_by_a_quota_on_limits_names_the_quota_and_the_command_to_raise_it(cluster):
+    """Harvester's and Rancher's namespace quotas are on limits.memory: the admission refuses the target pod with
+    "exceeded quota: <name>, requested: …, used: …, limited: …" (k8s.io/apiserver plugin/resourcequota), and the
+    migration controller records it on the VMI as FailedCreate "Error creating pod: …" (migration.go)."""
+    vm, vmi = stuck_vm(cluster, "Running", vmi_phase="Running", memory="2Gi")
+    create_pod(cluster, b.pod(vmi, node="node-a", phase="Running"))
+    quota = f"tenant{next(_names)}"
+    cluster.create(b.quota(quota, hard={"limits.memory": "16Gi"}))
+    migration = b.vmim(vmi, name=f"{vm['metadata']['name']}-mig", phase=None)
+    migration["metadata"] = {"name": migration["metadata"]["name"], "namespace": "default"}
+    migration = cluster.create(migration)
+    cluster.patch("kubevirt.io/v1", "VirtualMachineInstanceMigration", "default", migration["metadata"]["name"],
+                  {"status": {"phase": "Pending"}}, subresource="status")
+    cluster.create(b.event(vmi, "FailedCreate", f'Error creating pod: pods "virt-launcher-{vm["metadata"]["name"]}-'
+                           f'x" is forbidden: exceeded quota: {quota}, requested: limits.memory=2262Mi, used: '
+                           f'limits.memory=15Gi, limited: limits.memory=16Gi', component="virtualmachine-controller",
+                           when=datetime.now(UTC)))
+    found = handler.Target("default", vm["metadata"]["name"], migration["metadata"]["name"])
+    try:
+        d = report(handler.converge(found, context(cluster), f"ce-{next(_names)}", tick=True))["details"]
+    finally:  # a quota on limits refuses every later pod without limits in the namespace
+        cluster.delete("v1", "ResourceQuota", "default", quota)
+    assert d["cause"] == "quota-exceeded", (d["cause"], d["checked"])
+    assert f"ResourceQuota {quota}: limits.memory used 15Gi of 16Gi, the migration target pod asked 2262Mi" in \
+        d["evidence"], d["evidence"]
+    assert f"`kubectl -n default edit resourcequota {quota}`" in d["nextStep"], d["nextStep"]
+
+
 # -- issue 34 point 6: the scheduler's Events count their repeats in series.count -------------------------------
 def test_the_schedulers_repeats_are_its_series_count(cluster):
     """kube-scheduler records FailedScheduling with the events.k8s.io recorder: one Event whose `series.count`
