@@ -24,10 +24,11 @@ from functions.vm_stuck_report.settings import GROUPS, MIGRATION_PHASES, Setting
 from functions.vm_stuck_report.wording import FUNCTION
 from shared import objects as o
 from shared import rescan as rescans
-from shared.finding import summary
+from shared.finding import one_or_summary, summary
 from shared.intake import Incoming, about, may_concern
 from shared.kinds import EVENT, NAMESPACE, VM, VMI, VMIM
 from shared.ledger import Ledger, Record, record_of
+from shared.replies import Reply
 from shared.runtime import KubeContext, Outcome
 
 REASON = "VMStuck"
@@ -76,9 +77,9 @@ def rescan(ctx: KubeContext[Settings], delivery: str) -> Outcome:
             found = _target_of_record(record)
             candidates.setdefault(found.key, found)
     scan = rescans.run([candidates[k] for k in sorted(candidates)],
-                       lambda found: converge(found, ctx, delivery, tick=True).reply, ctx.settings.rescan,
+                       lambda found: _converge(found, ctx, delivery, tick=True)[1], ctx.settings.rescan,
                        started=began, rotation=rescans.tick_number(ctx.clock()))
-    replies = sorted(scan.results, key=lambda r: (r.subject or "", r.type))
+    replies = sorted((r for notices in scan.results for r in notices), key=lambda r: (r.subject or "", r.type))
     renewed = ledger.renew_stale([r for r in on_record if r.open], ctx.clock())
     reason = wording.scanned_reason(scanned, len(candidates), len(replies), renewed, scan.progress())
     reply = summary(FUNCTION, "scanned", f"/vmevents/{FUNCTION}/rescan", replies, reason, scanned)
@@ -87,11 +88,17 @@ def rescan(ctx: KubeContext[Settings], delivery: str) -> Outcome:
 
 def converge(found: Target, ctx: KubeContext[Settings], delivery: str = "", *, tick: bool = False) -> Outcome:
     """Read fresh, decide, and only for a VM stuck past its threshold read what explains it; record."""
+    return _converge(found, ctx, delivery, tick=tick)[0]
+
+
+def _converge(found: Target, ctx: KubeContext[Settings], delivery: str = "", *,
+              tick: bool = False) -> tuple[Outcome, list[Reply]]:
+    """converge, with the notices it caused one by one (a re-scan's summary lists each)."""
     looked = ctx.clock()  # before the reads: a finding resolved since is not reopened on them (Ledger.sighted)
     vmim = ctx.kube.get(VMIM, found.namespace, found.migration) if found.migration else None
     if found.migration and not found.name:  # a Reference-mode VMIM event: the VMIM names its VMI
         if vmim is None or not o.text(vmim, "spec", "vmiName"):
-            return Outcome("gone", subject=_subject(found), reason=wording.said(say("migration-gone")))
+            return Outcome("gone", subject=_subject(found), reason=wording.said(say("migration-gone"))), []
         found = replace(found, name=o.string(vmim, "spec", "vmiName"))
     vm = ctx.kube.get(VM, found.namespace, found.name)
     vmi = ctx.kube.get(VMI, found.namespace, found.name) if vm is not None else None
@@ -99,14 +106,15 @@ def converge(found: Target, ctx: KubeContext[Settings], delivery: str = "", *, t
     verdict = decide(facts, ctx.settings, now)
     subject = _subject(found)
     if verdict.action is Action.WAIT and not tick:  # an event as a VM begins to start: nothing more to read yet
-        return Outcome(verdict.action.value, subject=subject, reason=wording.reason(verdict))
+        return Outcome(verdict.action.value, subject=subject, reason=wording.reason(verdict)), []
     events = list(ctx.kube.list(EVENT, found.namespace, field_selector=f"involvedObject.name={found.name}"))
     records = _records(events, found)
-    for record in records:  # a redelivery of the event that opened or ended an episode answers as it did
-        notice = Ledger.replay(record, delivery)
-        if notice is not None:
-            return Outcome("replay", effect=notice.transition, subject=subject, reason=wording.REDELIVERED,
-                           reply=notice.reply())
+    # a redelivery of the event that opened or ended episodes answers as it did
+    replayed = [n for n in (Ledger.replay(r, delivery) for r in records) if n is not None]
+    if replayed:
+        notices = [n.reply() for n in replayed]
+        return Outcome("replay", effect="+".join(sorted({n.transition for n in replayed})), subject=subject,
+                       reason=wording.REDELIVERED, reply=_one(subject, notices)), notices
     if verdict.action is Action.EXPLAIN and verdict.stuck is not None and vm is not None:
         facts = replace(facts, detail=read_detail(ctx, verdict.stuck, vm, vmi, vmim, events))
         verdict = decide(facts, ctx.settings, now)
@@ -187,29 +195,47 @@ def _records(events: list[dict], found: Target) -> list[Record]:
 
 
 def act(verdict: Verdict, found: Target, vm: dict | None, detail: Detail | None, records: list[Record],
-        ctx: KubeContext[Settings], delivery: str, tick: bool, looked: datetime | None = None) -> Outcome:
+        ctx: KubeContext[Settings], delivery: str, tick: bool,
+        looked: datetime | None = None) -> tuple[Outcome, list[Reply]]:
+    """The finding's life: an episode is one group's stuck spell of one instance (its identity: category
+    `stuck-<group>` and the instance's uid). Every open finding of this target that is not the episode now
+    reported (or waited on) ends, once: another instance, or the same one in another group (stuck starting, then
+    stuck stopping: the starting finding is over, not a second alert beside the new one). Each transition is one
+    notice; several go back in one `.batch` reply."""
     subject, now, ledger = _subject(found), ctx.clock(), _ledger(ctx)
     s = verdict.stuck
-    episode = s.instance if verdict.action is Action.REPORT and s is not None else None
-    waiting = s.instance if verdict.action is Action.WAIT and s is not None else None
-    ended = []
-    for record in (r for r in records if r.open and r.finding.key not in (episode, waiting)):
-        because = (wording.new_episode() if episode is not None else
-                   wording.replaced(verdict) if verdict.action is Action.WAIT else wording.reason(verdict))
+    episode = (f"stuck-{s.group}", s.instance) if verdict.action is Action.REPORT and s is not None else None
+    waiting = (f"stuck-{s.group}", s.instance) if verdict.action is Action.WAIT and s is not None else None
+    notices: list[Reply] = []
+    for record in (r for r in records if r.open and _identity(r) not in (episode, waiting)):
+        moved = s is not None and record.finding.category != f"stuck-{s.group}" and (episode or waiting) is not None
+        because = (wording.moved_on(s) if moved and s is not None else wording.new_episode() if episode is not None
+                   else wording.replaced(verdict) if verdict.action is Action.WAIT else wording.reason(verdict))
         notice = ledger.resolve(record, delivery, now, summary=wording.resolved_message(record, because),
                                 details={"because": because})
         if notice is not None:  # a VMStuckResolved Event tells the end, beside the finding's Warning
-            ended.append(notice.reply())
+            notices.append(notice.reply())
     if episode is None or vm is None or s is None:
-        return Outcome(verdict.action.value, effect="resolved" if ended else "none", subject=subject,
-                       reason=wording.reason(verdict), reply=ended[0] if ended else None)
+        return Outcome(verdict.action.value, effect="resolved" if notices else "none", subject=subject,
+                       reason=wording.reason(verdict), reply=_one(subject, notices)), notices
     opened = wording.finding(verdict, vm, found.migration, detail)
-    current = next((r for r in records if r.open and r.finding.key == episode), None)
+    current = next((r for r in records if r.open and _identity(r) == episode), None)
     changed = current is not None and current.finding.details.get("cause") != opened.details.get("cause")
     notice = ledger.sighted(opened, vm, delivery, now, message=opened.summary,
                             count=not tick, update=changed, looked=looked)
-    if notice is None:
-        return Outcome(verdict.action.value, effect="seen-again", subject=subject, reason=wording.reason(verdict),
-                       reply=ended[0] if ended else None)
-    return Outcome(verdict.action.value, effect=f"detected-{verdict.cause.value if verdict.cause else 'unknown'}",
-                   subject=subject, reason=wording.reason(verdict), reply=notice.reply())
+    effect = "seen-again" if notice is None else \
+        f"detected-{verdict.cause.value if verdict.cause else 'unknown'}"
+    if notice is not None:
+        notices.append(notice.reply())
+    if notices and effect == "seen-again":
+        effect = "resolved"
+    return Outcome(verdict.action.value, effect=effect, subject=subject, reason=wording.reason(verdict),
+                   reply=_one(subject, notices)), notices
+
+
+def _identity(record: Record) -> tuple[str, str]:
+    return record.finding.category, record.finding.key
+
+
+def _one(subject: str, notices: list[Reply]) -> Reply | None:
+    return one_or_summary(FUNCTION, subject, notices, wording.batch(len(notices)))

@@ -100,6 +100,8 @@ _EVIDENCE: dict[str, Callable[..., str]] = {
     "event": lambda event: f"{event.on}: {event.reason} ×{event.count}: {event.message}",
     "pod-scheduled": lambda pod, status, reason, message: f"pod {pod}: PodScheduled={status} ({reason}): {message}",
     "finalizers": _finalizers,
+    "launcher-on": lambda pod, node: (f"its launcher pod {pod} is bound to node {node}, where no kubelet confirms it "
+                                      f"stopped (the VMI was never handed over to a node)"),
     "node": node_words,
     "claim-missing": lambda volume, claim: f"volume {volume} names PVC {claim}, which does not exist",
     "quota": lambda quota, looked_for: (f"ResourceQuota {quota.name}: {quota.resource} used {quota.used} of "
@@ -318,6 +320,15 @@ def finding(verdict: Verdict, vm: Mapping, migration: str | None, detail: Detail
 # -- the end of an episode, and the re-scan ------------------------------------------------------------
 def new_episode() -> str:
     return "a new episode began (another VMI or migration)"
+
+
+def moved_on(s: Stuck) -> str:
+    """The end of one group's episode when the same VM is found in another group (stuck starting, then stopping)."""
+    return f"the VM is {state_words(s)} now"
+
+
+def batch(notices: int) -> str:
+    return f"{notices} notices about one VM"
 
 
 def replaced(verdict: Verdict) -> str:

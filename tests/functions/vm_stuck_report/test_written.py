@@ -49,7 +49,8 @@ def report(outcome) -> dict:
     return found
 
 
-def stuck_vm(cluster, status: str, *, vmi_phase: str = "Scheduling", conditions=(), **vm_kw) -> tuple[dict, dict]:
+def stuck_vm(cluster, status: str, *, vmi_phase: str = "Scheduling", conditions=(), finalizers=(),
+             **vm_kw) -> tuple[dict, dict]:
     """A VM whose status KubeVirt wrote as `status`, and its VMI in `vmi_phase` with `conditions`."""
     name = f"written{next(_names)}"
     manifest = b.vm(name, status=None, **vm_kw)
@@ -58,7 +59,7 @@ def stuck_vm(cluster, status: str, *, vmi_phase: str = "Scheduling", conditions=
     vm = cluster.create(manifest)
     vm = cluster.patch("kubevirt.io/v1", "VirtualMachine", "default", name, {"status": {"printableStatus": status}},
                        subresource="status")
-    instance = b.vmi(vm, phase=vmi_phase)
+    instance = b.vmi(vm, phase=vmi_phase, finalizers=finalizers)
     instance["metadata"] = {k: v for k, v in instance["metadata"].items() if k not in ("uid", "creationTimestamp")}
     if conditions:
         instance["status"]["conditions"] = [dict(c) for c in conditions]
@@ -134,6 +135,53 @@ def test_a_migration_refused_by_a_quota_on_limits_names_the_quota_and_the_comman
     assert f"ResourceQuota {quota}: limits.memory used 15Gi of 16Gi, the migration target pod asked 2262Mi" in \
         d["evidence"], d["evidence"]
     assert f"`kubectl -n default edit resourcequota {quota}`" in d["nextStep"], d["nextStep"]
+
+
+# -- 3. stuck starting, then stopped, and the stop hangs: the group changed ---------------------------------
+def notices(outcome) -> list[dict]:
+    data = outcome.reply.data if outcome.reply is not None else {}
+    return [f for f in data.get("findings", [data] if data.get("state") else [])]
+
+
+def test_a_vm_stuck_starting_then_stuck_stopping_ends_the_starting_finding_once(cluster):
+    """A VM cannot pull its image on a node that then goes away; it is stopped, and the stop hangs there (the VMI
+    was never handed over, so its launcher pod on the NotReady node holds it). The stuck-starting finding ends once,
+    with one notice, when the stuck-stopping one opens; later ticks announce nothing and do not rewrite the
+    stopping finding's Event."""
+    node = f"down{next(_names)}"
+    cluster.create(b.node(node, ready="Unknown", reason="NodeStatusUnknown"))
+    image = "registry.example.invalid/vms/fedora:41"
+    message = b.pull_error(image)
+    vm, vmi = stuck_vm(cluster, "ErrImagePull", image=image, conditions=[
+        {"type": "Synchronized", "status": "False", "reason": "ErrImagePull", "message": message}],
+        finalizers=("kubevirt.io/virtualMachineControllerFinalize", "foregroundDeleteVirtualMachine"))
+    create_pod(cluster, b.launcher(vmi, node=node, pull=("ErrImagePull", message)))
+    name = vm["metadata"]["name"]
+    [starting] = notices(converge(cluster, vm))
+    assert (starting["category"], starting["state"], starting["details"]["cause"]) == \
+        ("stuck-starting", "detected", "image-pull")
+    # the VM is stopped: virt-controller deletes the VMI and prints Stopping; nothing on the node confirms it
+    cluster.patch("kubevirt.io/v1", "VirtualMachine", "default", name, {"status": {"printableStatus": "Stopping"}},
+                  subresource="status")
+    cluster.delete("kubevirt.io/v1", "VirtualMachineInstance", "default", name)
+    changed = notices(converge(cluster, vm))
+    assert sorted((n["category"], n["state"]) for n in changed) == \
+        [("stuck-starting", "resolved"), ("stuck-stopping", "detected")], changed
+    stopping = next(n for n in changed if n["state"] == "detected")
+    assert stopping["details"]["cause"] == "stop-not-honoured", stopping["details"]
+    assert "Stopping now" in next(n for n in changed if n["state"] == "resolved")["details"]["because"]
+    events = {e["metadata"]["labels"]["vmevents.io/finding-state"]: e for e in findings_of(cluster, name)}
+    for _ in range(2):  # later ticks: nothing announced, nothing rewritten
+        assert notices(converge(cluster, vm)) == []
+    after = {e["metadata"]["labels"]["vmevents.io/finding-state"]: e for e in findings_of(cluster, name)}
+    assert sorted(after) == ["open", "resolved"]
+    assert after["open"]["metadata"]["resourceVersion"] == events["open"]["metadata"]["resourceVersion"]
+    assert after["resolved"]["metadata"]["resourceVersion"] == events["resolved"]["metadata"]["resourceVersion"]
+
+
+def findings_of(cluster, name: str) -> list[dict]:
+    return [e for e in cluster.list("v1", "Event", "default", label_selector=f"vmevents.io/finding={FUNCTION}")
+            if e["involvedObject"]["name"] == name]
 
 
 # -- issue 34 point 6: the scheduler's Events count their repeats in series.count -------------------------------
