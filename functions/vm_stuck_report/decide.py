@@ -35,6 +35,7 @@ class Cause(StrEnum):
     QUOTA = "quota-exceeded"                     # a ResourceQuota refused the (target) pod
     NODE_NOT_READY = "node-not-ready"            # the VMI's node is not Ready: nothing there can start it
     STOP_NOT_HONOURED = "stop-not-honoured"      # a stop the VMI never completed: its node is not Ready
+    MIGRATION_QUEUED = "migration-queued"        # KubeVirt's migration limits hold it, and one of them is 0
     UNKNOWN = "unknown"
 
 
@@ -171,6 +172,10 @@ def diagnose(s: Stuck, detail: Detail) -> Verdict:
         return _stop(s, detail)
     if detail.device_conflict:  # a start blocked by a device another VM holds is device-conflict's finding
         return Verdict(Action.DEFER, say("device-conflict", summary=detail.device_conflict), s)
+    if s.group == "migrating":
+        queued = _queued(s, detail)
+        if queued is not None:
+            return queued
     for rule in (_volume_missing, _quota, _scheduling, _volume_unbound, _attach, _image, _node):
         found = rule(s, detail)
         if found is not None:
@@ -190,6 +195,20 @@ def _stop(s: Stuck, d: Detail) -> Verdict:
             evidence.insert(1, say("launcher-on", pod=d.pod.name, node=node.name))
         return _report(s, Cause.STOP_NOT_HONOURED, evidence, say("bring-back-or-delete-node", node=node.name))
     return _unknown(s, d)
+
+
+def _queued(s: Stuck, d: Detail) -> Verdict | None:
+    """A migration KubeVirt keeps Pending because its limits are in use is queued, not stuck: draining a node, or
+    Harvester's maintenance mode, keeps the tail of the queue Pending for long (docs/facts.md §7). It is not
+    reported; its finding, if one was open, ends. Only a limit of 0 holds it for ever: that is reported, as queued,
+    with the numbers. KubeVirt counts before it creates the target pod, so a queue full now comes before any older
+    refusal of one."""
+    q = d.queue
+    if q is None or d.pod is not None or not q.full:
+        return None
+    if not q.held:
+        return Verdict(Action.SETTLED, say("queued", queue=q), s)
+    return _report(s, Cause.MIGRATION_QUEUED, [say("queue", queue=q)], say("raise-migration-limits", queue=q))
 
 
 def _volume_missing(s: Stuck, d: Detail) -> Verdict | None:

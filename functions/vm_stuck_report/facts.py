@@ -97,6 +97,30 @@ class QuotaFacts:
 
 
 @dataclass(frozen=True)
+class QueueFacts:
+    """KubeVirt's migration queue, as its migration controller counts it before it creates a target pod
+    (handleTargetPodCreation, docs/facts.md §7): the running migrations (not final and past Pending, or Pending
+    with a target pod) against `parallelMigrationsPerCluster`, and those out of the VMI's node against
+    `parallelOutboundMigrationsPerNode` (the KubeVirt CR's spec.configuration.migrations; 5 and 2 when absent)."""
+
+    running: int
+    cluster_limit: int
+    node: str
+    outbound: int
+    node_limit: int
+    kubevirt: str = ""   # "namespace/name" of the KubeVirt CR read ("": none found, KubeVirt's defaults)
+
+    @property
+    def full(self) -> bool:
+        return self.running >= self.cluster_limit or self.outbound >= self.node_limit
+
+    @property
+    def held(self) -> bool:
+        """A limit of 0 that holds it: the queue never moves."""
+        return (self.running >= self.cluster_limit == 0) or (self.outbound >= self.node_limit == 0)
+
+
+@dataclass(frozen=True)
 class Refusal:
     """The ResourceQuota admission's refusal of a pod, as its message names it (k8s.io/apiserver
     plugin/resourcequota controller.go): "exceeded quota: <name>, requested: <r=q,…>, used: <…>, limited: <…>" —
@@ -139,6 +163,7 @@ class Detail:
     node: NodeFacts | None = None
     quotas: tuple[QuotaFacts, ...] = ()                 # the ResourceQuotas the pod would exceed
     cordoned: tuple[str, ...] = ()                      # the cordoned nodes (read when the scheduler names some)
+    queue: QueueFacts | None = None                     # for a migration with no target pod: KubeVirt's queue
     longhorn_namespace: str = "longhorn-system"
     kubevirt_events: tuple[EventFact, ...] = ()         # on the VM, VMI and VMIM: FailedCreate, FailedPvcNotFound
     device_resources: frozenset[str] = frozenset()      # the VM's hostDevices' and gpus' deviceNames

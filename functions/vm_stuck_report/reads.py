@@ -12,6 +12,7 @@ from functions.vm_stuck_report.facts import (
     EventFact,
     NodeFacts,
     PodFacts,
+    QueueFacts,
     Stuck,
     VolumeFacts,
     Waiting,
@@ -21,7 +22,7 @@ from functions.vm_stuck_report.facts import (
 from functions.vm_stuck_report.settings import Settings
 from shared import kubevirt as kv
 from shared import objects as o
-from shared.kinds import EVENT, POD, PV, PVC, Kind
+from shared.kinds import EVENT, KUBEVIRT, POD, PV, PVC, VMI, VMIM, Kind
 from shared.ledger import record_of
 from shared.runtime import KubeContext
 
@@ -68,6 +69,7 @@ def read_detail(ctx: KubeContext[Settings], s: Stuck, vm: dict, vmi: dict | None
                                                                              else None)
     pod = _newest(list(ctx.kube.list(POD, namespace, label_selector=selector))) if selector else None
     pod_facts = _pod(ctx, pod, namespace) if pod else None
+    queue = _queue(ctx, vmim, vmi) if vmim is not None and vmi is not None and pod is None else None
     attach = bool(pod_facts and any(e.reason in ATTACH_REASONS for e in pod_facts.events))
     volumes = tuple(_volume(ctx, namespace, v, attach) for v in o.objects(spec, "volumes")
                     if o.text(v, "persistentVolumeClaim", "claimName") or o.text(v, "dataVolume", "name"))
@@ -99,9 +101,48 @@ def read_detail(ctx: KubeContext[Settings], s: Stuck, vm: dict, vmi: dict | None
     return Detail(vmi_deleting=bool(kv.meta(vmi).get("deletionTimestamp")) if vmi else False,
                   synchronized=synchronized, container_disks=disks,
                   pod=pod_facts, pod_looked_for=looked_for, volumes=volumes,
-                  node=_node(ctx, node_name) if node_name else None, quotas=quotas, cordoned=cordoned,
+                  node=_node(ctx, node_name) if node_name else None, quotas=quotas, cordoned=cordoned, queue=queue,
                   longhorn_namespace=ctx.settings.longhorn_namespace,
                   kubevirt_events=kubevirt_events, device_resources=devices, nodes_with=nodes_with, nodes_total=total)
+
+
+# KubeVirt's defaults when the KubeVirt CR sets none (pkg/virt-config/virt-config.go, v1.3.1 and v1.8.3)
+PARALLEL_MIGRATIONS_PER_CLUSTER, PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE = 5, 2
+NOT_YET_RUNNING = ("", "Pending", "WaitingForSync", "Synchronizing")  # types.go VMIM IsRunning (v1.8.3's list)
+FINAL = ("Succeeded", "Failed")
+
+
+def _queue(ctx: KubeContext[Settings], vmim: Mapping, vmi: Mapping) -> QueueFacts:
+    """KubeVirt's migration queue as its migration controller counts it (findRunningMigrations,
+    outboundMigrationsOnNode, handleTargetPodCreation; docs/facts.md §7): every unfinished migration that runs, or
+    is Pending with a target pod already; those whose VMI is on (or migrates out of) this VMI's node; and the
+    limits in the KubeVirt CR (KubeVirt's defaults when it sets none). Read only for a migration stuck past its
+    threshold with no target pod."""
+    config = next(iter(ctx.kube.list(KUBEVIRT, None, cached=True)), None)
+    migrations = o.mapping(config, "spec", "configuration", "migrations") if config else {}
+
+    def limit(key: str, default: int) -> int:
+        value = migrations.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else default
+    uid = o.string(vmim, "metadata", "uid")
+    targets = {str((kv.meta(p).get("labels") or {}).get(MIGRATION_JOB))
+               for p in ctx.kube.list(POD, None, label_selector=MIGRATION_JOB)
+               if o.string(p, "status", "phase") not in FINAL}
+    running = [m for m in ctx.kube.list(VMIM, None, cached=True)
+               if o.string(m, "metadata", "uid") != uid and o.string(m, "status", "phase") not in FINAL
+               and (o.string(m, "status", "phase") not in NOT_YET_RUNNING
+                    or o.string(m, "metadata", "uid") in targets)]
+    node = o.string(vmi, "status", "nodeName")
+    outbound = 0
+    for m in running:
+        source = ctx.kube.get(VMI, o.string(m, "metadata", "namespace"), o.string(m, "spec", "vmiName"))
+        if source is not None and node and node in (o.string(source, "status", "nodeName"),
+                                                    o.string(source, "status", "migrationState", "sourceNode")):
+            outbound += 1
+    where = f"{kv.meta(config).get('namespace')}/{kv.meta(config).get('name')}" if config else ""
+    return QueueFacts(len(running), limit("parallelMigrationsPerCluster", PARALLEL_MIGRATIONS_PER_CLUSTER), node,
+                      outbound, limit("parallelOutboundMigrationsPerNode", PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE),
+                      where)
 
 
 def _current(event: dict, s: Stuck, vmi_uid: str | None) -> bool:

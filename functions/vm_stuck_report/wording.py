@@ -56,6 +56,7 @@ _REASONS: dict[str, Callable[..., str]] = {
     "migration-vmi-gone": lambda: "the VMI to migrate is gone or has ended",
     "migration-untimed": lambda: "the migration has no creation time",
     "device-conflict": lambda summary: f"device-conflict reports it: {summary}",
+    "queued": lambda queue: f"the migration is queued, not stuck: {_queue(queue)}",
     "reported": lambda stuck, cause: (f"{state_words(stuck)} since {stamp(stuck.since)}: "
                                       + ("cause unknown" if cause.value == "unknown" else cause.value)),
 }
@@ -81,6 +82,20 @@ def node_words(node: NodeFacts) -> str:
         + (f" since {node.ready_since}" if node.ready_since else "")
     return f"node {node.name}: {ready}" + (", cordoned (unschedulable)" if node.unschedulable else "") \
         + (f", taints {', '.join(node.taints)}" if node.taints else "")
+
+
+def _queue(q: Any) -> str:
+    where = f"the KubeVirt CR {q.kubevirt}" if q.kubevirt else "KubeVirt's defaults"
+    return (f"{q.running} migration(s) running of parallelMigrationsPerCluster {q.cluster_limit}, {q.outbound} out "
+            f"of node {q.node or '?'} of parallelOutboundMigrationsPerNode {q.node_limit} ({where})")
+
+
+def _raise_migration_limits(queue: Any) -> str:
+    namespace, _, name = queue.kubevirt.partition("/")
+    command = f"`kubectl -n {namespace} edit kubevirt {name}`" if queue.kubevirt else "`kubectl get kubevirt -A`"
+    return (f"KubeVirt runs no migration while a limit is 0: raise spec.configuration.migrations."
+            f"{'parallelMigrationsPerCluster' if queue.cluster_limit == 0 else 'parallelOutboundMigrationsPerNode'} "
+            f"({command}); the queued migrations then start in turn.")
 
 
 def _finalizers(deleting: bool, finalizers: tuple[str, ...]) -> str:
@@ -119,6 +134,7 @@ _EVIDENCE: dict[str, Callable[..., str]] = {
     "longhorn": lambda volume: (f"PVC {volume.claim} → Longhorn volume {volume.longhorn}: state "
                                 f"{volume.longhorn_state or 'unknown'}, robustness "
                                 f"{volume.longhorn_robustness or 'unknown'}"),
+    "queue": lambda queue: f"KubeVirt's migration queue: {_queue(queue)}",
     "waiting": lambda pod, waiting: (
         f"pod {pod}: {'init container' if waiting.init else 'container'} {waiting.container}"
         + (f" (image {waiting.image})" if waiting.image else "") + f" waits: {waiting.reason}"
@@ -235,6 +251,7 @@ STEPS: dict[str, Callable[..., str]] = {
         f"Bring node {node} back (`kubectl describe node {node}`: its kubelet and virt-handler), or restart the VM so "
         f"that it is placed on a Ready node (`virtctl -n {namespace} restart {vm}`)."),
     "look": _look,
+    "raise-migration-limits": _raise_migration_limits,
 }
 
 
@@ -270,6 +287,8 @@ def checked(detail: Detail | None) -> list[str]:
     if detail.node is not None:
         out.append(node_words(detail.node))
     out.append("ResourceQuotas: " + (", ".join(q.name for q in detail.quotas) or "none exceeded"))
+    if detail.queue is not None:
+        out.append(f"KubeVirt's migration queue: {_queue(detail.queue)}")
     kv_reasons = sorted({e.reason for e in detail.kubevirt_events}) or ["none"]
     out.append(f"KubeVirt's Events on the VM, VMI and migration: {', '.join(kv_reasons)}")
     return out

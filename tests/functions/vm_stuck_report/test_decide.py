@@ -16,6 +16,7 @@ from functions.vm_stuck_report.facts import (
     Facts,
     NodeFacts,
     PodFacts,
+    QueueFacts,
     QuotaFacts,
     Stuck,
     VolumeFacts,
@@ -281,6 +282,8 @@ MORE = [  # the next steps the rows above do not reach
                                              events=(EventFact("Pod/virt-launcher-vm1-abcde", "FailedMount",
                                                                "MountVolume.SetUp failed", 2),))), id="csi-attach"),
     pytest.param(case(STARTING, pod=PodFacts("p", scheduled=("True", "", ""))), id="unknown"),
+    pytest.param(case(MIGRATING, pod_looked_for="migration target",
+                      queue=QueueFacts(0, 5, "node-a", 0, 0, "kubevirt/kubevirt")), id="migrations-held-by-a-zero"),
 ]
 COMMAND = re.compile(r"`((?:kubectl|virtctl) [^`]+)`")
 NAMESPACED = re.compile(r"\b(vm|vmi|pod|pvc|resourcequota|limitrange|datavolume|volumes\.longhorn\.io|restart)\b")
@@ -303,6 +306,32 @@ def test_every_next_step_names_a_command_to_run_as_printed(facts):
 def test_the_rows_reach_every_next_step():
     kinds = {diagnose(*p.values[0]).step.kind for p in ROWS + MORE}
     assert kinds == set(wording.STEPS), set(wording.STEPS) - kinds
+
+
+@pytest.mark.parametrize("queue,action,words", [
+    pytest.param(QueueFacts(5, 5, "node-a", 1, 2, "kubevirt/kubevirt"), Action.SETTLED,
+                 "5 migration(s) running of parallelMigrationsPerCluster 5", id="the-cluster-limit"),
+    pytest.param(QueueFacts(2, 5, "node-a", 2, 2, ""), Action.SETTLED,
+                 "2 out of node node-a of parallelOutboundMigrationsPerNode 2 (KubeVirt's defaults)",
+                 id="the-node-limit-by-default"),
+    pytest.param(QueueFacts(0, 5, "node-a", 0, 0, "kubevirt/kubevirt"), Action.REPORT,
+                 "parallelOutboundMigrationsPerNode 0", id="a-limit-of-zero-holds-it-for-ever"),
+    pytest.param(QueueFacts(1, 5, "node-a", 1, 2, "kubevirt/kubevirt"), Action.REPORT, "", id="room-in-the-queue"),
+])
+def test_a_queued_migration_is_not_stuck_and_never_unknown_for_it(queue, action, words):
+    """KubeVirt keeps a VMIM Pending while parallelMigrationsPerCluster (5) or parallelOutboundMigrationsPerNode (2)
+    are in use (migration.go handleTargetPodCreation): queued, not stuck. Only a limit of 0 holds it for ever."""
+    verdict = diagnose(MIGRATING, Detail(pod_looked_for="migration target", queue=queue))
+    assert verdict.action is action
+    if action is Action.SETTLED:
+        assert words in wording.reason(verdict) and "queued" in wording.reason(verdict)
+    elif words:
+        assert verdict.cause is Cause.MIGRATION_QUEUED and any(words in e for e in wording.evidence(verdict))
+        assert "`kubectl -n kubevirt edit kubevirt kubevirt`" in wording.next_step(verdict)
+    else:
+        assert verdict.cause is Cause.UNKNOWN
+        assert any("KubeVirt's migration queue: 1 migration(s) running" in c
+                   for c in wording.checked(Detail(queue=queue)))
 
 
 def test_a_quota_refusal_names_the_quota_and_its_numbers_on_limits():

@@ -184,6 +184,62 @@ def findings_of(cluster, name: str) -> list[dict]:
             if e["involvedObject"]["name"] == name]
 
 
+# -- 4. the tail of a drain's migration queue -----------------------------------------------------------------
+def migration(cluster, vmi: dict, phase: str) -> dict:
+    """A VMIM of `vmi` in `phase`, as the migration controller writes it (a status subresource)."""
+    manifest = b.vmim(vmi, name=f"{vmi['metadata']['name']}-mig{next(_names)}", phase=None)
+    manifest["metadata"] = {"name": manifest["metadata"]["name"], "namespace": "default"}
+    created = cluster.create(manifest)
+    return cluster.patch("kubevirt.io/v1", "VirtualMachineInstanceMigration", "default", created["metadata"]["name"],
+                         {"status": {"phase": phase}}, subresource="status")
+
+
+@pytest.mark.parametrize("running,node,limits,reported", [
+    pytest.param(5, "spread", None, None, id="five-running-of-the-clusters-five"),
+    pytest.param(2, "node-a", None, None, id="two-out-of-the-node-of-two"),
+    pytest.param(0, "node-a", {"parallelOutboundMigrationsPerNode": 0}, "migration-queued", id="a-limit-of-zero"),
+])
+def test_a_migration_kubevirt_keeps_queued_is_reported_as_queued_or_not_at_all(cluster, running, node, limits,
+                                                                                reported):
+    """Draining a node, KubeVirt keeps the VMIMs beyond its limits Pending (migration.go handleTargetPodCreation):
+    parallelMigrationsPerCluster (5) and parallelOutboundMigrationsPerNode (2), from the KubeVirt CR's
+    spec.configuration.migrations or its defaults. Such a migration is queued: not reported (never as unknown at
+    warning severity); held by a limit of 0, it is reported as queued, with the numbers."""
+    made: list[tuple[str, str]] = []
+    if limits:
+        kubevirt = cluster.list("kubevirt.io/v1", "KubeVirt")[0]["metadata"]
+        cluster.patch("kubevirt.io/v1", "KubeVirt", kubevirt["namespace"], kubevirt["name"],
+                      {"spec": {"configuration": {"migrations": limits}}})
+    try:
+        for i in range(running):
+            vm, vmi = stuck_vm(cluster, "Migrating", vmi_phase="Running")
+            cluster.patch("kubevirt.io/v1", "VirtualMachineInstance", "default", vmi["metadata"]["name"],
+                          {"status": {"nodeName": f"node-{'abcdefgh'[i]}" if node == "spread" else node}})
+            made.append(("VirtualMachineInstanceMigration", migration(cluster, vmi, "Running")["metadata"]["name"]))
+        vm, vmi = stuck_vm(cluster, "Running", vmi_phase="Running")
+        cluster.patch("kubevirt.io/v1", "VirtualMachineInstance", "default", vmi["metadata"]["name"],
+                      {"status": {"nodeName": "node-a"}})
+        queued = migration(cluster, vmi, "Pending")
+        made.append(("VirtualMachineInstanceMigration", queued["metadata"]["name"]))
+        found = handler.Target("default", vm["metadata"]["name"], queued["metadata"]["name"])
+        outcome = handler.converge(found, context(cluster), f"ce-{next(_names)}", tick=True)
+    finally:
+        for kind, name in made:  # the queue is cluster-wide: nothing of it may outlive the test
+            cluster.delete("kubevirt.io/v1", kind, "default", name)
+        if limits:
+            cluster.patch("kubevirt.io/v1", "KubeVirt", kubevirt["namespace"], kubevirt["name"],
+                          {"spec": {"configuration": {"migrations": None}}})
+    if reported is None:
+        assert outcome.reply is None and outcome.verdict == "settled", (outcome.verdict, outcome.reason)
+        assert "queued" in outcome.reason and (f"{running} migration(s) running of parallelMigrationsPerCluster 5"
+                                               in outcome.reason), outcome.reason
+        assert not findings_of(cluster, vm["metadata"]["name"])
+    else:
+        d = report(outcome)["details"]
+        assert d["cause"] == reported and any("parallelOutboundMigrationsPerNode 0" in e for e in d["evidence"])
+        assert "`kubectl -n" in d["nextStep"] and "edit kubevirt" in d["nextStep"], d["nextStep"]
+
+
 # -- issue 34 point 6: the scheduler's Events count their repeats in series.count -------------------------------
 def test_the_schedulers_repeats_are_its_series_count(cluster):
     """kube-scheduler records FailedScheduling with the events.k8s.io recorder: one Event whose `series.count`
