@@ -12,12 +12,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from functions.vm_stuck_report.facts import Detail, EventFact, Facts, Stuck, refusal
+from functions.vm_stuck_report.facts import (
+    DataVolumeFacts,
+    Detail,
+    EventFact,
+    Facts,
+    StartFailures,
+    Stuck,
+    refusal,
+)
 from functions.vm_stuck_report.settings import GROUPS, MIGRATION_PHASES, OPT_OUT, Settings
 from shared import kubevirt as kv
 from shared import objects as o
@@ -36,6 +44,8 @@ class Cause(StrEnum):
     NODE_NOT_READY = "node-not-ready"            # the VMI's node is not Ready: nothing there can start it
     STOP_NOT_HONOURED = "stop-not-honoured"      # a stop the VMI never completed: its node is not Ready
     MIGRATION_QUEUED = "migration-queued"        # KubeVirt's migration limits hold it, and one of them is 0
+    VOLUME_IMPORT = "volume-import"              # a DataVolume's import fails or does not end (CDI)
+    CRASH_LOOP = "crash-loop"                    # every VMI fails before it runs (status.startFailure)
     UNKNOWN = "unknown"
 
 
@@ -77,7 +87,21 @@ def decide(facts: Facts, settings: Settings, now: datetime) -> Verdict:
         return verdict
     if facts.detail is None:
         return Verdict(Action.EXPLAIN, verdict.why, verdict.stuck)
-    return diagnose(verdict.stuck, facts.detail)
+    detail = replace(facts.detail, datavolumes=facts.datavolumes, start_failures=start_failures(facts.vm))
+    return diagnose(verdict.stuck, detail)
+
+
+DV_STATES = ("Provisioning", "DataVolumeError")  # printed while the VM's DataVolumes are not ready: no VMI yet
+
+
+def start_failures(vm: Mapping | None) -> StartFailures | None:
+    """The VM's status.startFailure, when KubeVirt counts failed starts (docs/facts.md §7)."""
+    found = o.mapping(vm, "status", "startFailure") if vm is not None else {}
+    count = found.get("consecutiveFailCount")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        return None
+    return StartFailures(count, kv.parse_time(o.text(found, "retryAfterTimestamp")),
+                         o.string(found, "lastFailedVMIUID"))
 
 
 # -- is it stuck? ---------------------------------------------------------------------------------
@@ -104,7 +128,7 @@ def stuck(facts: Facts, settings: Settings, now: datetime) -> Verdict:
         # VMI runs (setPrintableStatus, docs/facts.md §7): this status was written from an older VMI, as
         # virt-controller does from a lagging cache after a restart, and its next sync rewrites it.
         return Verdict(Action.SETTLED, say("status-behind", state=state))
-    since, instance = _since(vm, vmi, group)
+    since, instance = _since(vm, vmi, group, state, facts.datavolumes)
     if since is None:
         return Verdict(Action.WAIT, say("untimed", state=state))
     found = Stuck(state, group, since, instance, settings.threshold(state), None, *_names(vm))
@@ -136,8 +160,9 @@ def _migration(vm: Mapping, vmi: Mapping | None, vmim: Mapping, settings: Settin
     return Verdict(Action.REPORT, say("past", stuck=found), found)
 
 
-def _since(vm: Mapping, vmi: Mapping | None, group: str) -> tuple[datetime | None, str]:
-    """When the VM entered its state, from what KubeVirt records (docs/facts.md §7), and the instance."""
+def _since(vm: Mapping, vmi: Mapping | None, group: str, state: str,
+           datavolumes: tuple[DataVolumeFacts, ...]) -> tuple[datetime | None, str]:
+    """When the VM entered its state, from what KubeVirt or CDI records (docs/facts.md §7), and the instance."""
     vm_uid = o.string(vm, "metadata", "uid")
     live = vmi is not None and kv.phase(vmi) not in kv.FINAL_PHASES
     vmi_uid = o.string(vmi, "metadata", "uid") if vmi is not None else ""
@@ -147,6 +172,14 @@ def _since(vm: Mapping, vmi: Mapping | None, group: str) -> tuple[datetime | Non
         return (kv.parse_time(o.text(vmi, "metadata", "deletionTimestamp")) if live else None), vmi_uid
     if group == "migrating":
         return (kv.parse_time(o.text(vmi, "status", "migrationState", "startTimestamp")) if live else None), vmi_uid
+    if state in DV_STATES:  # no VMI until the DataVolumes are ready: the first not ready, from its creation
+        troubled = next((dv for dv in datavolumes if dv.error or dv.provisioning), None)
+        return (troubled.created, troubled.uid) if troubled is not None else (None, vm_uid)
+    failures = start_failures(vm)
+    if failures is not None and failures.since() is not None:
+        # a crash loop spans VMIs (CrashLoopBackOff between them, a starting word during each try): one episode of
+        # the VM's, timed from KubeVirt's back-off schedule
+        return failures.since(), vm_uid
     if live:  # starting: every starting phase of this VMI (Pending, Scheduling, Scheduled) counts from its creation
         return kv.parse_time(o.text(vmi, "metadata", "creationTimestamp")), vmi_uid
     # No live VMI: nothing KubeVirt writes says when this began. The VM's Ready condition (VMINotExists) dates from
@@ -176,7 +209,8 @@ def diagnose(s: Stuck, detail: Detail) -> Verdict:
         queued = _queued(s, detail)
         if queued is not None:
             return queued
-    for rule in (_volume_missing, _quota, _scheduling, _volume_unbound, _attach, _image, _node):
+    for rule in (_datavolume, _volume_missing, _quota, _scheduling, _volume_unbound, _attach, _image, _node,
+                 _crash_loop):
         found = rule(s, detail)
         if found is not None:
             return found
@@ -211,8 +245,35 @@ def _queued(s: Stuck, d: Detail) -> Verdict | None:
     return _report(s, Cause.MIGRATION_QUEUED, [say("queue", queue=q)], say("raise-migration-limits", queue=q))
 
 
+def _datavolume(s: Stuck, d: Detail) -> Verdict | None:
+    """The VM's DataVolume does not get ready: its import (clone, upload) fails, as CDI's Running condition says,
+    or it is still under way; KubeVirt creates no VMI meanwhile (vm.go handleDataVolumes). A DataVolume whose claim
+    is not bound is the claim's story (volume-unbound)."""
+    bad = [dv for dv in d.datavolumes if dv.error]
+    busy = [dv for dv in d.datavolumes if dv.provisioning and dv.bound is not None and dv.bound[0] == "True"]
+    found = bad or (busy if s.state in DV_STATES else [])
+    if not found:
+        return None
+    dv = found[0]
+    return _report(s, Cause.VOLUME_IMPORT, [say("datavolume", dv=dv)],
+                   say("check-import", namespace=s.namespace, vm=s.vm, dv=dv.name, failing=dv.error))
+
+
+def _crash_loop(s: Stuck, d: Detail) -> Verdict | None:
+    """KubeVirt counted failed starts in a row (status.startFailure): each VMI failed before it ever ran."""
+    failures = d.start_failures
+    if failures is None:
+        return None
+    evidence = [say("start-failures", failures=failures)]
+    if d.pod is not None:
+        evidence += [say("ended", pod=d.pod.name, ended=e) for e in d.pod.ended]
+    return _report(s, Cause.CRASH_LOOP, evidence, say("read-why-it-fails", namespace=s.namespace, vm=s.vm,
+                                                       pod=d.pod.name if d.pod is not None else ""))
+
+
 def _volume_missing(s: Stuck, d: Detail) -> Verdict | None:
-    missing = [v for v in d.volumes if not v.found]
+    made = {dv.name for dv in d.datavolumes if dv.found}  # CDI creates a DataVolume's claim: not missing
+    missing = [v for v in d.volumes if not v.found and not (v.datavolume and v.claim in made)]
     if not missing:
         return None
     v = missing[0]

@@ -52,6 +52,16 @@ class Waiting:
 
 
 @dataclass(frozen=True)
+class Ended:
+    """A container of the pod that ended: the kubelet's terminated reason, message and exit code."""
+
+    container: str
+    reason: str
+    message: str = ""
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
 class PodFacts:
     name: str
     node: str = ""
@@ -59,6 +69,7 @@ class PodFacts:
     scheduled: tuple[str, str, str] | None = None   # PodScheduled (status, reason, message)
     waiting: tuple[Waiting, ...] = ()               # its containers that wait, init containers first
     events: tuple[EventFact, ...] = ()              # the Events on the pod, oldest first
+    ended: tuple[Ended, ...] = ()                   # its containers that ended with an error
 
 
 @dataclass(frozen=True)
@@ -71,6 +82,7 @@ class VolumeFacts:
     class_found: bool | None = None
     provisioner: str = ""
     binding_mode: str = ""
+    datavolume: bool = False           # the volume is a DataVolume's (CDI creates its PVC, of the same name)
     longhorn: str = ""                 # the Longhorn volume's name, when the PV is Longhorn's
     longhorn_state: str = ""
     longhorn_robustness: str = ""
@@ -94,6 +106,61 @@ class QuotaFacts:
     hard: str
     used: str
     requested: str
+
+
+# CDI's DataVolume, as KubeVirt reads it (pkg/storage/types/dv.go HasDataVolumeErrors, HasDataVolumeProvisioning;
+# the phases and conditions: containerized-data-importer-api v1beta1 types.go; docs/facts.md §7).
+DV_DONE = ("Succeeded", "PendingPopulation")
+DV_ERRORS = ("Error", "ImagePullFailed")  # the Running condition's reasons KubeVirt counts as an error (v1.8.3)
+
+
+@dataclass(frozen=True)
+class DataVolumeFacts:
+    name: str
+    found: bool = True
+    uid: str = ""
+    created: datetime | None = None
+    phase: str = ""
+    progress: str = ""                             # "12.50%", "N/A"
+    running: tuple[str, str, str] | None = None    # the Running condition (status, reason, message)
+    bound: tuple[str, str, str] | None = None      # the Bound condition
+    restarts: int = 0                              # status.restartCount: the importer's restarts
+
+    @property
+    def error(self) -> bool:
+        """KubeVirt prints DataVolumeError: the DataVolume Failed, or its importer stopped on an error."""
+        return self.phase == "Failed" or (self.running is not None and self.running[0] == "False"
+                                          and self.running[1] in DV_ERRORS)
+
+    @property
+    def provisioning(self) -> bool:
+        """KubeVirt prints Provisioning: not done, and bound or past WaitForFirstConsumer."""
+        bound = self.bound is not None and self.bound[0] == "True"
+        return self.found and self.phase not in DV_DONE and (bound or self.phase != "WaitForFirstConsumer")
+
+
+# KubeVirt's back-off between a VM's failed starts (pkg/virt-controller/watch/vm.go calculateStartBackoffTime,
+# v1.3.1 and v1.8.3): after the n-th failure in a row it waits 10·n² s plus up to half that again, at most 300 s.
+BACKOFF_STEP, BACKOFF_MAX = 10, 300
+
+
+@dataclass(frozen=True)
+class StartFailures:
+    """status.startFailure: KubeVirt counts a VM's VMIs that failed before they ever ran (syncStartFailureStatus),
+    and clears it once one runs. It prints CrashLoopBackOff while it waits to start the next."""
+
+    count: int
+    retry_after: datetime | None
+    last_vmi: str = ""
+
+    def since(self) -> datetime | None:
+        """The latest the first of these failures can have happened: the n-th was at least min(10·n², 300) s before
+        `retry_after`, and each earlier one at least its own back-off before the next. Timed so, a crash loop is
+        never reported before it has lasted its threshold."""
+        if self.retry_after is None or self.count < 1:
+            return None
+        waited = sum(min(BACKOFF_STEP * k * k, BACKOFF_MAX) for k in range(1, self.count + 1))
+        return self.retry_after - timedelta(seconds=waited)
 
 
 @dataclass(frozen=True)
@@ -164,6 +231,8 @@ class Detail:
     quotas: tuple[QuotaFacts, ...] = ()                 # the ResourceQuotas the pod would exceed
     cordoned: tuple[str, ...] = ()                      # the cordoned nodes (read when the scheduler names some)
     queue: QueueFacts | None = None                     # for a migration with no target pod: KubeVirt's queue
+    datavolumes: tuple[DataVolumeFacts, ...] = ()       # the VM's DataVolumes (read for Provisioning, DataVolumeError)
+    start_failures: StartFailures | None = None         # the VM's status.startFailure
     longhorn_namespace: str = "longhorn-system"
     kubevirt_events: tuple[EventFact, ...] = ()         # on the VM, VMI and VMIM: FailedCreate, FailedPvcNotFound
     device_resources: frozenset[str] = frozenset()      # the VM's hostDevices' and gpus' deviceNames
@@ -182,6 +251,7 @@ class Facts:
     vmi: Mapping[str, Any] | None = None
     vmim: Mapping[str, Any] | None = None
     migration_gone: bool = False
+    datavolumes: tuple[DataVolumeFacts, ...] = ()   # read for a VM that is Provisioning or DataVolumeError
     detail: Detail | None = None
 
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from functions.vm_stuck_report import wording
-from functions.vm_stuck_report.decide import Action, Verdict, decide, say
+from functions.vm_stuck_report.decide import DV_STATES, Action, Verdict, decide, say
 from functions.vm_stuck_report.facts import Detail, Facts
-from functions.vm_stuck_report.reads import read_detail, source_of
+from functions.vm_stuck_report.reads import read_datavolumes, read_detail, source_of
 from functions.vm_stuck_report.settings import GROUPS, MIGRATION_PHASES, Settings
 from functions.vm_stuck_report.wording import FUNCTION
 from shared import objects as o
@@ -102,7 +102,10 @@ def _converge(found: Target, ctx: KubeContext[Settings], delivery: str = "", *,
         found = replace(found, name=o.string(vmim, "spec", "vmiName"))
     vm = ctx.kube.get(VM, found.namespace, found.name)
     vmi = ctx.kube.get(VMI, found.namespace, found.name) if vm is not None else None
-    facts, now = Facts(vm, vmi, vmim, migration_gone=bool(found.migration) and vmim is None), ctx.clock()
+    datavolumes = read_datavolumes(ctx, vm) if vm is not None and \
+        o.string(vm, "status", "printableStatus") in DV_STATES else ()
+    facts = Facts(vm, vmi, vmim, migration_gone=bool(found.migration) and vmim is None, datavolumes=datavolumes)
+    now = ctx.clock()
     verdict = decide(facts, ctx.settings, now)
     subject = _subject(found)
     if verdict.action is Action.WAIT and not tick:  # an event as a VM begins to start: nothing more to read yet

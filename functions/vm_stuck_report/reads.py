@@ -8,7 +8,9 @@ from dataclasses import replace
 
 from functions.vm_stuck_report.decide import ATTACH_REASONS
 from functions.vm_stuck_report.facts import (
+    DataVolumeFacts,
     Detail,
+    Ended,
     EventFact,
     NodeFacts,
     PodFacts,
@@ -30,6 +32,7 @@ NODE = Kind("v1", "Node", "nodes", namespaced=False)
 QUOTA = Kind("v1", "ResourceQuota", "resourcequotas")
 STORAGE_CLASS = Kind("storage.k8s.io/v1", "StorageClass", "storageclasses", namespaced=False)
 LONGHORN_VOLUME = Kind("longhorn.io/v1beta2", "Volume", "volumes")
+DATAVOLUME = Kind("cdi.kubevirt.io/v1beta1", "DataVolume", "datavolumes")
 LONGHORN_DRIVER = "driver.longhorn.io"
 CREATED_BY = "kubevirt.io/created-by"          # types.go CreatedByLabel: the launcher pod's VMI uid
 MIGRATION_JOB = "kubevirt.io/migrationJobUID"  # types.go MigrationJobLabel: the target pod's VMIM uid
@@ -145,6 +148,28 @@ def _queue(ctx: KubeContext[Settings], vmim: Mapping, vmi: Mapping) -> QueueFact
                       where)
 
 
+def read_datavolumes(ctx: KubeContext[Settings], vm: Mapping) -> tuple[DataVolumeFacts, ...]:
+    """The VM's DataVolumes (its template's dataVolume volumes), as CDI keeps them: read for a VM KubeVirt prints
+    Provisioning or DataVolumeError, whose time is theirs (docs/facts.md §7)."""
+    namespace = kv.meta(vm).get("namespace") or "default"
+    out = []
+    for volume in o.objects(vm, "spec", "template", "spec", "volumes"):
+        name = o.text(volume, "dataVolume", "name")
+        if not name:
+            continue
+        dv = ctx.kube.get(DATAVOLUME, namespace, str(name))
+        if dv is None:
+            out.append(DataVolumeFacts(str(name), found=False))
+            continue
+        restarts = o.mapping(dv, "status").get("restartCount")
+        out.append(DataVolumeFacts(str(name), uid=o.string(dv, "metadata", "uid"),
+                                   created=kv.parse_time(o.text(dv, "metadata", "creationTimestamp")),
+                                   phase=o.string(dv, "status", "phase"), progress=o.string(dv, "status", "progress"),
+                                   running=_condition(dv, "Running"), bound=_condition(dv, "Bound"),
+                                   restarts=restarts if isinstance(restarts, int) else 0))
+    return tuple(out)
+
+
 def _current(event: dict, s: Stuck, vmi_uid: str | None) -> bool:
     """KubeVirt's Event about this episode: on this VMI (or the VM), written since the episode began."""
     involved = event.get("involvedObject") or {}
@@ -205,15 +230,20 @@ def _pod(ctx: KubeContext[Settings], pod: dict, namespace: str) -> PodFacts:
     events = tuple(_event(e) for e in sorted(
         ctx.kube.list(EVENT, namespace, field_selector=f"involvedObject.name={name}"), key=last_seen)
         if (e.get("involvedObject") or {}).get("kind") == "Pod")
+    ended = tuple(Ended(str(c.get("name") or ""), o.string(c, "state", "terminated", "reason"),
+                        o.string(c, "state", "terminated", "message"), code if isinstance(code, int) else None)
+                  for c in o.objects(pod, "status", "containerStatuses")
+                  for code in [o.mapping(c, "state", "terminated").get("exitCode")]
+                  if o.mapping(c, "state", "terminated") and code != 0)
     return PodFacts(name, o.string(pod, "spec", "nodeName"), o.string(pod, "status", "phase"),
-                    _condition(pod, "PodScheduled"), waiting, events)
+                    _condition(pod, "PodScheduled"), waiting, events, ended)
 
 
 def _volume(ctx: KubeContext[Settings], namespace: str, volume: dict, follow: bool) -> VolumeFacts:
     """A PVC-backed volume: the PVC's phase; for a pending one its StorageClass; for one whose attach failed,
     followed through its PV to the Longhorn volume."""
     claim = o.text(volume, "persistentVolumeClaim", "claimName") or o.string(volume, "dataVolume", "name")
-    facts = VolumeFacts(str(volume.get("name") or ""), claim)
+    facts = VolumeFacts(str(volume.get("name") or ""), claim, datavolume=bool(o.text(volume, "dataVolume", "name")))
     pvc = ctx.kube.get(PVC, namespace, claim)
     if pvc is None:
         return replace(facts, found=False)

@@ -98,6 +98,36 @@ def _raise_migration_limits(queue: Any) -> str:
             f"({command}); the queued migrations then start in turn.")
 
 
+def _condition(name: str, condition: tuple[str, str, str] | None) -> str:
+    if condition is None:
+        return ""
+    status, why, message = condition
+    return f", {name}={status}" + (f" ({why})" if why else "") + (f": {message}" if message else "")
+
+
+def datavolume_words(dv: Any) -> str:
+    if not dv.found:
+        return f"DataVolume {dv.name} does not exist"
+    progress = f" {dv.progress}" if dv.progress and dv.progress != "N/A" else ""
+    return (f"DataVolume {dv.name}: phase {dv.phase or 'unknown'}{progress}" + _condition("Running", dv.running)
+            + (_condition("Bound", dv.bound) if dv.bound and dv.bound[0] != "True" else "")
+            + (f", {dv.restarts} restart(s)" if dv.restarts else "") + (f", created {stamp(dv.created)}"
+                                                                        if dv.created else ""))
+
+
+def _start_failures(failures: Any) -> str:
+    after = f", the next try after {stamp(failures.retry_after)}" if failures.retry_after else ""
+    last = f" (the last, VMI {failures.last_vmi})" if failures.last_vmi else ""
+    return (f"KubeVirt counted {failures.count} start(s) in a row that failed before the VM ran{last}{after} "
+            f"(status.startFailure)")
+
+
+def _ended(pod: str, ended: Any) -> str:
+    code = f" (exit code {ended.exit_code})" if ended.exit_code is not None else ""
+    return f"pod {pod}: container {ended.container} ended: {ended.reason}{code}" + (
+        f": {ended.message}" if ended.message else "")
+
+
 def _finalizers(deleting: bool, finalizers: tuple[str, ...]) -> str:
     if deleting:
         return (f"the VMI was asked to stop (deletionTimestamp set) and still has the finalizers "
@@ -135,6 +165,9 @@ _EVIDENCE: dict[str, Callable[..., str]] = {
                                 f"{volume.longhorn_state or 'unknown'}, robustness "
                                 f"{volume.longhorn_robustness or 'unknown'}"),
     "queue": lambda queue: f"KubeVirt's migration queue: {_queue(queue)}",
+    "datavolume": lambda dv: datavolume_words(dv),
+    "start-failures": lambda failures: _start_failures(failures),
+    "ended": _ended,
     "waiting": lambda pod, waiting: (
         f"pod {pod}: {'init container' if waiting.init else 'container'} {waiting.container}"
         + (f" (image {waiting.image})" if waiting.image else "") + f" waits: {waiting.reason}"
@@ -252,6 +285,16 @@ STEPS: dict[str, Callable[..., str]] = {
         f"that it is placed on a Ready node (`virtctl -n {namespace} restart {vm}`)."),
     "look": _look,
     "raise-migration-limits": _raise_migration_limits,
+    "check-import": lambda namespace, vm, dv, failing: (
+        (f"CDI cannot import DataVolume {dv}: read why (`kubectl -n {namespace} describe datavolume {dv}`, and its "
+         f"importer pod's log), then fix its source in the VM (`kubectl -n {namespace} edit vm {vm}`, "
+         f"spec.dataVolumeTemplates) or the source's reachability; CDI retries by itself.") if failing else
+        (f"DataVolume {dv} is still importing: follow it (`kubectl -n {namespace} get datavolume {dv} -w`); a large "
+         f"image from a slow source takes long, and KubeVirt starts the VM once it is done.")),
+    "read-why-it-fails": lambda namespace, vm, pod: (
+        f"Every start fails before the guest runs: read why (`kubectl -n {namespace} describe vmi {vm}`"
+        + (f", `kubectl -n {namespace} logs {pod} -c compute`" if pod else "") + "), fix the VM "
+        f"(`kubectl -n {namespace} edit vm {vm}`); KubeVirt tries again after its back-off, at most every 5 minutes."),
 }
 
 
@@ -289,6 +332,9 @@ def checked(detail: Detail | None) -> list[str]:
     out.append("ResourceQuotas: " + (", ".join(q.name for q in detail.quotas) or "none exceeded"))
     if detail.queue is not None:
         out.append(f"KubeVirt's migration queue: {_queue(detail.queue)}")
+    out += [datavolume_words(dv) for dv in detail.datavolumes]
+    if detail.start_failures is not None:
+        out.append(_start_failures(detail.start_failures))
     kv_reasons = sorted({e.reason for e in detail.kubevirt_events}) or ["none"]
     out.append(f"KubeVirt's Events on the VM, VMI and migration: {', '.join(kv_reasons)}")
     return out

@@ -24,10 +24,11 @@ def vm(name: str = "vm1", namespace: str = "default", *, status: str | None = "S
        annotations: Mapping[str, str] | None = None, created: datetime = LONG_AGO - timedelta(days=1),
        deleting: datetime | None = None, ready_since: datetime | None = None, cpu: str = "1",
        memory: str = "2Gi", node_selector: Mapping[str, str] | None = None, uid: str | None = None,
-       image: str | None = None) -> dict:
+       image: str | None = None, datavolumes: Sequence[str] = ()) -> dict:
     """A VM; `status` is its status.printableStatus (None: no status yet)."""
     volumes: list[dict] = [{"name": f"disk-{i}", "persistentVolumeClaim": {"claimName": c}}
                            for i, c in enumerate(claims)]
+    volumes += [{"name": f"dv-{i}", "dataVolume": {"name": d}} for i, d in enumerate(datavolumes)]
     if image:
         volumes.append({"name": "containerdisk", "containerDisk": {"image": image}})
     domain: dict = {"devices": {}, "resources": {"requests": {"cpu": cpu, "memory": memory}},
@@ -301,3 +302,25 @@ def scheduler_event(on_pod: dict, message: str, *, repeats: int, first: datetime
             "reason": "FailedScheduling", "message": message, "type": "Warning", "action": "Scheduling",
             "reportingComponent": SCHEDULER, "reportingInstance": f"{SCHEDULER}-control-plane",
             "eventTime": micro(first), "series": {"count": repeats, "lastObservedTime": micro(last)}}
+
+
+IMAGE_URL = "http://images.example.invalid/fedora.qcow2"
+
+
+def datavolume(name: str, namespace: str = "default", *, url: str = IMAGE_URL) -> dict:
+    """A CDI DataVolume importing from `url` (containerized-data-importer-api v1beta1 types.go)."""
+    return {"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"source": {"http": {"url": url}}, "storage": {"resources": {"requests": {"storage": "10Gi"}}}}}
+
+
+def import_failing(url: str = IMAGE_URL, restarts: int = 4) -> dict:
+    """A DataVolume's status while its importer keeps failing: CDI keeps the phase ImportInProgress and sets the
+    Running condition False with the importer's reason and message, counting the restarts
+    (pkg/controller/datavolume/conditions.go updateRunningCondition; the message is the importer's)."""
+    return {"phase": "ImportInProgress", "progress": "N/A", "restartCount": restarts, "conditions": [
+        {"type": "Bound", "status": "True", "reason": "Bound", "message": "PVC is bound"},
+        {"type": "Ready", "status": "False", "reason": "TransferRunning", "message": ""},
+        {"type": "Running", "status": "False", "reason": "Error",
+         "message": f"Unable to connect to http data source: Get \"{url}\": dial tcp: lookup "
+                    f"{url.split('/')[2]}: no such host"}]}

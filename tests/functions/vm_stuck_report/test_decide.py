@@ -11,13 +11,16 @@ import pytest
 from functions.vm_stuck_report import wording
 from functions.vm_stuck_report.decide import Action, Cause, decide, diagnose
 from functions.vm_stuck_report.facts import (
+    DataVolumeFacts,
     Detail,
+    Ended,
     EventFact,
     Facts,
     NodeFacts,
     PodFacts,
     QueueFacts,
     QuotaFacts,
+    StartFailures,
     Stuck,
     VolumeFacts,
     Waiting,
@@ -261,6 +264,12 @@ def test_stop_not_honoured_needs_the_node_not_ready():
     assert diagnose(s, replace(detail, node=replace(detail.node, ready="True"))).cause is Cause.UNKNOWN
 
 
+PROVISIONING = Stuck("DataVolumeError", "starting", at(15), "dv-uid", timedelta(minutes=10), vm="vm1")
+CRASHING = Stuck("CrashLoopBackOff", "starting", at(15), "vm-uid", timedelta(minutes=10), vm="vm1")
+IMPORT_FAILS = DataVolumeFacts("vm1-rootdisk", uid="dv-uid", created=at(40), phase="ImportInProgress", progress="N/A",
+                               running=("False", "Error", "Unable to connect to http data source: expected status code "
+                                        "200, got 404. Status: 404 Not Found"),
+                               bound=("True", "Bound", "PVC vm1-rootdisk Bound"), restarts=4)
 LIMITS_REFUSED = ('Error creating pod: pods "virt-launcher-vm1-x" is forbidden: exceeded quota: tenant-quota, '
                   'requested: limits.memory=2262Mi, used: limits.memory=15Gi, limited: limits.memory=16Gi')
 MORE = [  # the next steps the rows above do not reach
@@ -284,6 +293,11 @@ MORE = [  # the next steps the rows above do not reach
     pytest.param(case(STARTING, pod=PodFacts("p", scheduled=("True", "", ""))), id="unknown"),
     pytest.param(case(MIGRATING, pod_looked_for="migration target",
                       queue=QueueFacts(0, 5, "node-a", 0, 0, "kubevirt/kubevirt")), id="migrations-held-by-a-zero"),
+    pytest.param(case(PROVISIONING, datavolumes=(IMPORT_FAILS,)), id="import-fails"),
+    pytest.param(case(CRASHING, start_failures=StartFailures(7, at(-1), "vmi-7"),
+                      pod=PodFacts("virt-launcher-vm1-x", phase="Failed", scheduled=("True", "", ""),
+                                   ended=(Ended("compute", "Error", "qemu: could not open disk", 1),))),
+                 id="crash-loop"),
 ]
 COMMAND = re.compile(r"`((?:kubectl|virtctl) [^`]+)`")
 NAMESPACED = re.compile(r"\b(vm|vmi|pod|pvc|resourcequota|limitrange|datavolume|volumes\.longhorn\.io|restart)\b")
@@ -332,6 +346,60 @@ def test_a_queued_migration_is_not_stuck_and_never_unknown_for_it(queue, action,
         assert verdict.cause is Cause.UNKNOWN
         assert any("KubeVirt's migration queue: 1 migration(s) running" in c
                    for c in wording.checked(Detail(queue=queue)))
+
+
+def _with_datavolume(status, dv):
+    v = b.vm(status=status)
+    v["spec"]["template"]["spec"]["volumes"] = [{"name": "rootdisk", "dataVolume": {"name": dv.name}}]
+    return v
+
+
+@pytest.mark.parametrize("status,dv,action", [
+    pytest.param("Provisioning", replace(IMPORT_FAILS, running=("True", "", ""), created=at(40)), Action.EXPLAIN,
+                 id="importing-for-40m"),
+    pytest.param("DataVolumeError", IMPORT_FAILS, Action.EXPLAIN, id="import-failing-for-40m"),
+    pytest.param("Provisioning", replace(IMPORT_FAILS, created=at(5)), Action.WAIT, id="importing-for-5m"),
+    pytest.param("Provisioning", DataVolumeFacts("vm1-rootdisk", found=False), Action.WAIT, id="no-datavolume-yet"),
+])
+def test_provisioning_and_datavolume_error_are_timed_from_the_datavolume(status, dv, action):
+    """KubeVirt creates no VMI until the VM's DataVolumes are ready (vm.go handleDataVolumes): Provisioning and
+    DataVolumeError are timed from the first DataVolume not ready, its creation (the episode is of it)."""
+    verdict = decide(Facts(_with_datavolume(status, dv), None, datavolumes=(dv,)), S, NOW)
+    assert verdict.action is action
+    if action is Action.EXPLAIN:
+        assert (verdict.stuck.since, verdict.stuck.instance) == (dv.created, dv.uid)
+
+
+@pytest.mark.parametrize("count,retry_in,action", [
+    pytest.param(7, 60, Action.EXPLAIN, id="seven-failures"),
+    pytest.param(2, 60, Action.WAIT, id="two-failures-are-a-minute-at-least"),
+])
+def test_a_crash_loop_is_timed_from_kubevirts_back_off(count, retry_in, action):
+    """CrashLoopBackOff is printed with no live VMI: timed from status.startFailure by KubeVirt's back-off schedule
+    (vm.go calculateStartBackoffTime), never earlier than it can have lasted; one episode of the VM across tries."""
+    v = b.vm(status="CrashLoopBackOff")
+    v["status"]["startFailure"] = {"consecutiveFailCount": count, "lastFailedVMIUID": "vmi-9",
+                                   "retryAfterTimestamp": b.stamp(NOW + timedelta(seconds=retry_in))}
+    failed = b.vmi(v, phase="Failed")
+    verdict = decide(Facts(v, failed), S, NOW)
+    assert verdict.action is action and verdict.stuck.instance == v["metadata"]["uid"]
+    retry = b.vmi(v, phase="Scheduling", created=NOW)  # the next try: the same episode, the same time
+    assert decide(Facts(dict(v, status=dict(v["status"], printableStatus="Starting")), retry), S, NOW).stuck == \
+        verdict.stuck.__class__(**{**verdict.stuck.__dict__, "state": "Starting"})
+
+
+@pytest.mark.parametrize("row,cause,evidence,step", [
+    ("import-fails", Cause.VOLUME_IMPORT, "DataVolume vm1-rootdisk: phase ImportInProgress, Running=False (Error): "
+     "Unable to connect to http data source", "`kubectl -n default describe datavolume vm1-rootdisk`"),
+    ("crash-loop", Cause.CRASH_LOOP, "KubeVirt counted 7 start(s) in a row that failed before the VM ran",
+     "`kubectl -n default logs virt-launcher-vm1-x -c compute`"),
+])
+def test_an_import_that_fails_and_a_crash_loop_name_their_cause(row, cause, evidence, step):
+    [facts] = [p.values[0] for p in MORE if p.id == row]
+    verdict = diagnose(*facts)
+    assert verdict.cause is cause
+    assert any(evidence in e for e in wording.evidence(verdict)), wording.evidence(verdict)
+    assert step in wording.next_step(verdict)
 
 
 def test_a_quota_refusal_names_the_quota_and_its_numbers_on_limits():

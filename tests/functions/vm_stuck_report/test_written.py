@@ -240,6 +240,49 @@ def test_a_migration_kubevirt_keeps_queued_is_reported_as_queued_or_not_at_all(c
         assert "`kubectl -n" in d["nextStep"] and "edit kubevirt" in d["nextStep"], d["nextStep"]
 
 
+# -- 5. states with no live VMI: timed from what CDI and KubeVirt record -------------------------------------
+def test_a_vm_whose_datavolume_never_imports_is_timed_from_it_and_reported(cluster):
+    """KubeVirt creates no VMI until the VM's DataVolumes are ready (vm.go handleDataVolumes) and prints
+    DataVolumeError while CDI's importer fails (pkg/storage/types/dv.go HasDataVolumeErrors): the episode is the
+    DataVolume's, from its creation; the cause is CDI's Running condition."""
+    name = f"written{next(_names)}"
+    dv = cluster.create(b.datavolume(f"{name}-rootdisk"))
+    cluster.patch("cdi.kubevirt.io/v1beta1", "DataVolume", "default", dv["metadata"]["name"],
+                  {"status": b.import_failing()}, subresource="status")
+    manifest = b.vm(name, status=None, datavolumes=(dv["metadata"]["name"],))
+    manifest["metadata"] = {"name": name, "namespace": "default"}
+    manifest.pop("status")
+    cluster.create(manifest)
+    vm = cluster.patch("kubevirt.io/v1", "VirtualMachine", "default", name,
+                       {"status": {"printableStatus": "DataVolumeError"}}, subresource="status")
+    found = report(converge(cluster, vm))
+    d = found["details"]
+    assert (d["cause"], d["instance"]) == ("volume-import", dv["metadata"]["uid"]), (d["cause"], d["checked"])
+    assert any(f"DataVolume {name}-rootdisk: phase ImportInProgress, Running=False (Error): Unable to connect" in e
+               and "4 restart(s)" in e for e in d["evidence"]), d["evidence"]
+    assert f"`kubectl -n default describe datavolume {name}-rootdisk`" in d["nextStep"], d["nextStep"]
+
+
+def test_a_vm_in_a_crash_loop_is_timed_from_kubevirts_back_off_and_reported(cluster):
+    """Every VMI fails before it runs: KubeVirt counts them in status.startFailure and prints CrashLoopBackOff, with
+    no live VMI, while it waits out its back-off (vm.go syncStartFailureStatus, calculateStartBackoffTime)."""
+    vm, vmi = stuck_vm(cluster, "CrashLoopBackOff", vmi_phase="Failed")
+    now = datetime.now(UTC)
+    vm = cluster.patch("kubevirt.io/v1", "VirtualMachine", "default", vm["metadata"]["name"], {"status": {
+        "startFailure": {"consecutiveFailCount": 7, "lastFailedVMIUID": vmi["metadata"]["uid"],
+                         "retryAfterTimestamp": b.stamp(now + timedelta(minutes=4))}}}, subresource="status")
+    failed = b.pod(vmi, node="node-a", phase="Failed")
+    failed["status"]["containerStatuses"] = [{
+        "name": "compute", "image": b.LAUNCHER_IMAGE, "imageID": "", "ready": False, "restartCount": 0,
+        "state": {"terminated": {"exitCode": 1, "reason": "Error", "message": "could not open disk image"}}}]
+    pod = create_pod(cluster, failed)
+    d = report(converge(cluster, vm))["details"]
+    assert (d["cause"], d["instance"]) == ("crash-loop", vm["metadata"]["uid"]), (d["cause"], d["checked"])
+    assert any("KubeVirt counted 7 start(s) in a row" in e for e in d["evidence"]), d["evidence"]
+    assert any("container compute ended: Error (exit code 1): could not open disk image" in e for e in d["evidence"])
+    assert f"`kubectl -n default logs {pod['metadata']['name']} -c compute`" in d["nextStep"], d["nextStep"]
+
+
 # -- issue 34 point 6: the scheduler's Events count their repeats in series.count -------------------------------
 def test_the_schedulers_repeats_are_its_series_count(cluster):
     """kube-scheduler records FailedScheduling with the events.k8s.io recorder: one Event whose `series.count`
