@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
 
 from functions.vm_stuck_report import wording
 from functions.vm_stuck_report.decide import DV_STATES, Action, Verdict, decide, say
@@ -93,23 +92,21 @@ def converge(found: Target, ctx: KubeContext[Settings], delivery: str = "", *, t
 
 def _converge(found: Target, ctx: KubeContext[Settings], delivery: str = "", *,
               tick: bool = False) -> tuple[Outcome, list[Reply]]:
-    """converge, with the notices it caused one by one (a re-scan's summary lists each)."""
-    looked = ctx.clock()  # before the reads: a finding resolved since is not reopened on them (Ledger.sighted)
-    vmim = ctx.kube.get(VMIM, found.namespace, found.migration) if found.migration else None
-    if found.migration and not found.name:  # a Reference-mode VMIM event: the VMIM names its VMI
-        if vmim is None or not o.text(vmim, "spec", "vmiName"):
-            return Outcome("gone", subject=_subject(found), reason=wording.said(say("migration-gone"))), []
-        found = replace(found, name=o.string(vmim, "spec", "vmiName"))
-    vm = ctx.kube.get(VM, found.namespace, found.name)
-    vmi = ctx.kube.get(VMI, found.namespace, found.name) if vm is not None else None
-    datavolumes = read_datavolumes(ctx, vm) if vm is not None and \
-        o.string(vm, "status", "printableStatus") in DV_STATES else ()
-    facts = Facts(vm, vmi, vmim, migration_gone=bool(found.migration) and vmim is None, datavolumes=datavolumes)
-    now = ctx.clock()
-    verdict = decide(facts, ctx.settings, now)
+    """converge, with the notices it caused one by one (a re-scan's summary lists each).
+
+    The records come before the state they are judged by (docs/findings.md, Races): the VM's findings are read,
+    then the VM, its VMI and VMIM, so that a finding is never resolved on a view older than itself, and a sighting
+    knows which version of its finding's record it read (Ledger.sighted `read`). An event first takes a cheap look
+    at the state alone: the many events of a VM only beginning to start cost 2 reads, and change nothing."""
     subject = _subject(found)
-    if verdict.action is Action.WAIT and not tick:  # an event as a VM begins to start: nothing more to read yet
-        return Outcome(verdict.action.value, subject=subject, reason=wording.reason(verdict)), []
+    if not tick:
+        first = _look(found, ctx)
+        if first is None:
+            return Outcome("gone", subject=subject, reason=wording.said(say("migration-gone"))), []
+        found, facts = first
+        verdict = decide(facts, ctx.settings, ctx.clock())
+        if verdict.action is Action.WAIT:  # an event as a VM begins to start: nothing more to read yet
+            return Outcome(verdict.action.value, subject=subject, reason=wording.reason(verdict)), []
     events = list(ctx.kube.list(EVENT, found.namespace, field_selector=f"involvedObject.name={found.name}"))
     records = _records(events, found)
     # a redelivery of the event that opened or ended episodes answers as it did
@@ -118,10 +115,33 @@ def _converge(found: Target, ctx: KubeContext[Settings], delivery: str = "", *,
         notices = [n.reply() for n in replayed]
         return Outcome("replay", effect="+".join(sorted({n.transition for n in replayed})), subject=subject,
                        reason=wording.REDELIVERED, reply=_one(subject, notices)), notices
+    fresh = _look(found, ctx)  # the state, read after the records
+    if fresh is None:
+        return Outcome("gone", subject=subject, reason=wording.said(say("migration-gone"))), []
+    found, facts = fresh
+    now = ctx.clock()
+    verdict = decide(facts, ctx.settings, now)
+    vm, vmi, vmim = facts.vm, facts.vmi, facts.vmim
     if verdict.action is Action.EXPLAIN and verdict.stuck is not None and vm is not None:
-        facts = replace(facts, detail=read_detail(ctx, verdict.stuck, vm, vmi, vmim, events))
+        facts = replace(facts, detail=read_detail(ctx, verdict.stuck, dict(vm), dict(vmi) if vmi else None,
+                                                  dict(vmim) if vmim else None, events))
         verdict = decide(facts, ctx.settings, now)
-    return act(verdict, found, vm, facts.detail, records, ctx, delivery, tick, looked)
+    return act(verdict, found, dict(vm) if vm else None, facts.detail, records, ctx, delivery, tick)
+
+
+def _look(found: Target, ctx: KubeContext[Settings]) -> tuple[Target, Facts] | None:
+    """The VM, its VMI and the VMIM (and, for a VM printing a DataVolume state, its DataVolumes), read fresh; None
+    for a Reference-mode VMIM event whose VMIM is gone (its VMI unknown)."""
+    vmim = ctx.kube.get(VMIM, found.namespace, found.migration) if found.migration else None
+    if found.migration and not found.name:  # a Reference-mode VMIM event: the VMIM names its VMI
+        if vmim is None or not o.text(vmim, "spec", "vmiName"):
+            return None
+        found = replace(found, name=o.string(vmim, "spec", "vmiName"))
+    vm = ctx.kube.get(VM, found.namespace, found.name)
+    vmi = ctx.kube.get(VMI, found.namespace, found.name) if vm is not None else None
+    datavolumes = read_datavolumes(ctx, vm) if vm is not None and \
+        o.string(vm, "status", "printableStatus") in DV_STATES else ()
+    return found, Facts(vm, vmi, vmim, migration_gone=bool(found.migration) and vmim is None, datavolumes=datavolumes)
 
 
 # -- parse: which VM is this event about? (no API calls) ------------------------------------------
@@ -198,8 +218,7 @@ def _records(events: list[dict], found: Target) -> list[Record]:
 
 
 def act(verdict: Verdict, found: Target, vm: dict | None, detail: Detail | None, records: list[Record],
-        ctx: KubeContext[Settings], delivery: str, tick: bool,
-        looked: datetime | None = None) -> tuple[Outcome, list[Reply]]:
+        ctx: KubeContext[Settings], delivery: str, tick: bool) -> tuple[Outcome, list[Reply]]:
     """The finding's life: an episode is one group's stuck spell of one instance (its identity: category
     `stuck-<group>` and the instance's uid). Every open finding of this target that is not the episode now
     reported (or waited on) ends, once: another instance, or the same one in another group (stuck starting, then
@@ -222,10 +241,11 @@ def act(verdict: Verdict, found: Target, vm: dict | None, detail: Detail | None,
         return Outcome(verdict.action.value, effect="resolved" if notices else "none", subject=subject,
                        reason=wording.reason(verdict), reply=_one(subject, notices)), notices
     opened = wording.finding(verdict, vm, found.migration, detail)
-    current = next((r for r in records if r.open and _identity(r) == episode), None)
+    read = next((r for r in records if _identity(r) == episode), None)  # as read before the state
+    current = read if read is not None and read.open else None
     changed = current is not None and current.finding.details.get("cause") != opened.details.get("cause")
-    notice = ledger.sighted(opened, vm, delivery, now, message=opened.summary,
-                            count=not tick, update=changed, looked=looked)
+    notice = ledger.sighted(opened, vm, delivery, now, message=opened.summary, count=not tick, update=changed,
+                            read=read.resource_version if read is not None else "")
     effect = "seen-again" if notice is None else \
         f"detected-{verdict.cause.value if verdict.cause else 'unknown'}"
     if notice is not None:

@@ -9,17 +9,22 @@ threshold."""
 from __future__ import annotations
 
 import itertools
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
 import pytest
 
 from functions.vm_stuck_report import handler
 from functions.vm_stuck_report.settings import load
+from shared.kinds import EVENT
 from shared.kube import Kube
 from shared.recorder import Recorder
 from shared.runtime import KubeContext
 from simcluster.builders import stuck as b
 from tests import backends
+from tests.rbac import used
 
 pytestmark = pytest.mark.e2e
 SA = "vmevents/vm-stuck-report"
@@ -241,6 +246,8 @@ def test_a_migration_kubevirt_keeps_queued_is_reported_as_queued_or_not_at_all(c
 
 
 # -- 5. states with no live VMI: timed from what CDI and KubeVirt record -------------------------------------
+DATAVOLUME_GRANT = ("get", "cdi.kubevirt.io", "datavolumes")  # test_e2e.py's KubeVirt never prints DataVolume states
+
 def test_a_vm_whose_datavolume_never_imports_is_timed_from_it_and_reported(cluster):
     """KubeVirt creates no VMI until the VM's DataVolumes are ready (vm.go handleDataVolumes) and prints
     DataVolumeError while CDI's importer fails (pkg/storage/types/dv.go HasDataVolumeErrors): the episode is the
@@ -261,6 +268,7 @@ def test_a_vm_whose_datavolume_never_imports_is_timed_from_it_and_reported(clust
     assert any(f"DataVolume {name}-rootdisk: phase ImportInProgress, Running=False (Error): Unable to connect" in e
                and "4 restart(s)" in e for e in d["evidence"]), d["evidence"]
     assert f"`kubectl -n default describe datavolume {name}-rootdisk`" in d["nextStep"], d["nextStep"]
+    assert DATAVOLUME_GRANT in used(cluster.requests, SA), "read with the function's own grant"
 
 
 def test_a_vm_in_a_crash_loop_is_timed_from_kubevirts_back_off_and_reported(cluster):
@@ -281,6 +289,59 @@ def test_a_vm_in_a_crash_loop_is_timed_from_kubevirts_back_off_and_reported(clus
     assert any("KubeVirt counted 7 start(s) in a row" in e for e in d["evidence"]), d["evidence"]
     assert any("container compute ended: Error (exit code 1): could not open disk image" in e for e in d["evidence"])
     assert f"`kubectl -n default logs {pod['metadata']['name']} -c compute`" in d["nextStep"], d["nextStep"]
+
+
+# -- 6. records before state: a slowed sighting does not reopen what a later look resolved --------------------
+class HeldAtItsFinding:
+    """The function's client, whose first GET of an Event (the ledger reading the finding it is about to write) is
+    held until the test lets it go: a delivery that read everything, then waits (its API server waiting for etcd)."""
+
+    def __init__(self, kube: Kube):
+        self._kube = kube
+        self.reached, self.go = threading.Event(), threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._kube, name)
+
+    def get(self, kind, *args, **kwargs):
+        if kind is EVENT and not self.reached.is_set():
+            self.reached.set()
+            assert self.go.wait(60), "the test never let the delivery go on"
+        return self._kube.get(kind, *args, **kwargs)
+
+
+def test_a_slowed_sighting_does_not_reopen_what_a_later_look_resolved_whatever_the_clocks(cluster):
+    """A delivery reads the VM stuck and is slowed before it writes; meanwhile the VM runs and a tick resolves the
+    episode. The tick's clock runs 5 s behind the delivery's (two pods): compared by stamps, the resolution looked
+    older than the delivery's look, and the delivery reopened a second episode for a VM that runs. The function
+    reads the finding's record before the state, and the ledger compares its resourceVersion."""
+    message = b.insufficient("memory", nodes=1)
+    vm, vmi = stuck_vm(cluster, "ErrorUnschedulable", conditions=[
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}])
+    create_pod(cluster, b.pod(vmi, scheduled=("False", "Unschedulable", message)))
+    name = vm["metadata"]["name"]
+    [opened] = notices(converge(cluster, vm))
+    assert opened["state"] == "detected"
+    slow = HeldAtItsFinding(Kube(cluster.api_client(service_account=SA)))
+    ctx = context(cluster)
+    held = KubeContext(function=FUNCTION, settings=ctx.settings, clock=ctx.clock, kube=cast(Kube, slow),
+                       recorder=Recorder(cast(Kube, slow), FUNCTION))
+    with ThreadPoolExecutor(1) as pool:
+        sighting = pool.submit(handler.converge, handler.Target("default", name), held, f"ce-slow-{name}")
+        assert slow.reached.wait(60), "the delivery read the VM and came to its finding"
+        try:  # meanwhile the VM runs, and a tick whose clock is 5 s behind resolves the episode
+            cluster.patch("kubevirt.io/v1", "VirtualMachine", "default", name,
+                          {"status": {"printableStatus": "Running"}}, subresource="status")
+            cluster.patch("kubevirt.io/v1", "VirtualMachineInstance", "default", name,
+                          {"status": {"phase": "Running", "conditions": None}})
+            [ended] = notices(converge(cluster, vm, context(cluster, AHEAD - timedelta(seconds=5))))
+            assert ended["state"] == "resolved"
+        finally:
+            slow.go.set()
+        late = sighting.result(timeout=60)
+    assert notices(late) == [], f"the slowed sighting reopened the episode: {late.reason}"
+    [record] = findings_of(cluster, name)
+    assert record["metadata"]["labels"]["vmevents.io/finding-state"] == "resolved"
 
 
 # -- issue 34 point 6: the scheduler's Events count their repeats in series.count -------------------------------
