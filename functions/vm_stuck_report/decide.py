@@ -11,7 +11,7 @@ The verdict says what to tell people as `Say` values (a kind and its values); wo
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
@@ -200,17 +200,12 @@ ATTACH_REASONS = ("FailedAttachVolume", "FailedMount")
 
 
 def diagnose(s: Stuck, detail: Detail) -> Verdict:
-    """Exactly one cause, its evidence and one next step; or the cause unknown (wording lists what was checked)."""
-    if s.group in ("stopping", "terminating"):
-        return _stop(s, detail)
-    if detail.device_conflict:  # a start blocked by a device another VM holds is device-conflict's finding
+    """Exactly one cause, its evidence and one next step; or the cause unknown (wording lists what was checked).
+    The rule: the first of the group's RULES whose facts hold (docs/vm-stuck-report.md, The causes)."""
+    if s.group in ("starting", "migrating") and detail.device_conflict:
+        # a start blocked by a device another VM holds is device-conflict's finding
         return Verdict(Action.DEFER, say("device-conflict", summary=detail.device_conflict), s)
-    if s.group == "migrating":
-        queued = _queued(s, detail)
-        if queued is not None:
-            return queued
-    for rule in (_datavolume, _volume_missing, _quota, _scheduling, _volume_unbound, _attach, _image, _node,
-                 _crash_loop):
+    for rule, _ in _RULES[s.group]:
         found = rule(s, detail)
         if found is not None:
             return found
@@ -221,14 +216,14 @@ def _report(s: Stuck, cause: Cause, evidence: list[Say], step: Say) -> Verdict:
     return Verdict(Action.REPORT, say("reported", stuck=s, cause=cause), s, cause, tuple(evidence), step)
 
 
-def _stop(s: Stuck, d: Detail) -> Verdict:
+def _stop(s: Stuck, d: Detail) -> Verdict | None:
     node = d.node
     if node is not None and d.vmi_finalizers and node.ready != "True":
         evidence = [say("finalizers", deleting=d.vmi_deleting, finalizers=d.vmi_finalizers), say("node", node=node)]
         if d.pod is not None:  # a VMI not yet handed over: its launcher pod holds the stop
             evidence.insert(1, say("launcher-on", pod=d.pod.name, node=node.name))
         return _report(s, Cause.STOP_NOT_HONOURED, evidence, say("bring-back-or-delete-node", node=node.name))
-    return _unknown(s, d)
+    return None
 
 
 def _queued(s: Stuck, d: Detail) -> Verdict | None:
@@ -436,6 +431,35 @@ def _node(s: Stuck, d: Detail) -> Verdict | None:
         return None  # cordoned but Ready: a pod already bound there still starts
     return _report(s, Cause.NODE_NOT_READY, [say("node", node=node)],
                    say("bring-back-node", namespace=s.namespace, vm=s.vm, node=node.name))
+
+
+Rule = Callable[[Stuck, Detail], "Verdict | None"]
+_START: tuple[tuple[Rule, tuple[Cause, ...]], ...] = (
+    (_datavolume, (Cause.VOLUME_IMPORT,)),
+    (_volume_missing, (Cause.VOLUME_MISSING,)),
+    (_quota, (Cause.QUOTA,)),
+    # the scheduler's message: the reason that names the most nodes
+    (_scheduling, (Cause.INSUFFICIENT, Cause.DEVICE_ON_ONE_NODE, Cause.PLACEMENT, Cause.NODE_UNSCHEDULABLE,
+                   Cause.VOLUME_UNBOUND)),
+    (_volume_unbound, (Cause.VOLUME_UNBOUND,)),
+    (_attach, (Cause.VOLUME_ATTACH,)),
+    (_image, (Cause.IMAGE_PULL,)),
+    (_node, (Cause.NODE_NOT_READY,)),
+    (_crash_loop, (Cause.CRASH_LOOP,)),
+)
+_STOP: tuple[tuple[Rule, tuple[Cause, ...]], ...] = ((_stop, (Cause.STOP_NOT_HONOURED,)),)
+# For each group, the rules in the order they are tried: the first whose facts hold names the cause. A stop is
+# explained only by a stop that is not honoured (a node not Ready is why it is not); a migration that does not
+# start is first looked up in KubeVirt's queue (queued: not stuck, or held by a limit of 0), then explained as a
+# start of its target pod.
+_RULES: dict[str, tuple[tuple[Rule, tuple[Cause, ...]], ...]] = {
+    "starting": _START,
+    "migrating": ((_queued, (Cause.MIGRATION_QUEUED,)), *_START),
+    "stopping": _STOP,
+    "terminating": _STOP,
+}
+RULES: dict[str, tuple[Cause, ...]] = {group: tuple(c for _, causes in rules for c in causes)
+                                       for group, rules in _RULES.items()}
 
 
 def _unknown(s: Stuck, d: Detail | None = None) -> Verdict:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
 from functions.vm_stuck_report import wording
-from functions.vm_stuck_report.decide import Action, Cause, decide, diagnose
+from functions.vm_stuck_report.decide import RULES, Action, Cause, decide, diagnose
 from functions.vm_stuck_report.facts import (
     DataVolumeFacts,
     Detail,
@@ -432,3 +433,40 @@ def test_a_quota_is_exceeded_when_used_plus_requested_is_over_hard():
     [over] = exceeded(q, {"memory": "2200Mi", "cpu": "1"})
     assert (over.resource, over.hard, over.used, over.requested) == ("requests.memory", "8Gi", "7Gi", "2200Mi")
     assert not exceeded(q, {"memory": "1Gi"})
+
+
+# -- the rule, as the docs say it ---------------------------------------------------------------------------------
+DOC = Path(__file__).resolve().parents[3] / "docs" / "vm-stuck-report.md"
+
+
+def _tables(text: str) -> list[list[str]]:
+    """The causes of each table of 'The causes', in their order (a row's first cell, `cause`)."""
+    section = text.split("## The causes", 1)[1].split("\n## ", 1)[0]
+    tables, rows = [], []
+    for line in section.splitlines() + [""]:
+        found = re.match(r"\| `([a-z-]+)` \|", line)
+        if found:
+            rows.append(found.group(1))
+        elif rows and not line.startswith("|"):
+            tables.append(rows)
+            rows = []
+    return tables
+
+
+def test_the_docs_list_the_causes_in_the_order_the_code_tries_them():
+    """Issue 35 point 7: the page said "the first rule whose facts hold" over one table with node-not-ready before
+    stop-not-honoured, while a stuck Stopping VM is (rightly) named stop-not-honoured. The rule is per group."""
+    start, first = _tables(DOC.read_text())
+    assert start == list(dict.fromkeys(c.value for c in RULES["starting"])) + ["unknown"], start
+    assert first == [c.value for c in RULES["migrating"] if c not in RULES["starting"]] + \
+        [c.value for c in RULES["stopping"]], first
+    assert RULES["migrating"][1:] == RULES["starting"] and RULES["stopping"] == RULES["terminating"] == \
+        (Cause.STOP_NOT_HONOURED,)
+    assert set(start + first) == {c.value for c in Cause}
+
+
+def test_a_stop_on_a_node_not_ready_is_named_stop_not_honoured_never_node_not_ready():
+    s, detail = case(STOPPING, vmi_deleting=True, vmi_finalizers=("f",),
+                     node=NodeFacts("node-a", ready="Unknown", ready_reason="NodeStatusUnknown"))
+    assert diagnose(s, detail).cause is Cause.STOP_NOT_HONOURED
+    assert diagnose(s, replace(detail, vmi_finalizers=())).cause is Cause.UNKNOWN
