@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from functions.vm_stuck_report import wording
-from functions.vm_stuck_report.decide import DV_STATES, Action, Verdict, decide, say
+from functions.vm_stuck_report.causes import DV_STATES, Action, Verdict, say
+from functions.vm_stuck_report.decide import decide
 from functions.vm_stuck_report.facts import Detail, Facts
 from functions.vm_stuck_report.reads import read_datavolumes, read_detail, source_of
 from functions.vm_stuck_report.settings import GROUPS, MIGRATION_PHASES, Settings

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from functions.vm_stuck_report.decide import ATTACH_REASONS
+from functions.vm_stuck_report.causes import ATTACH_REASONS
 from functions.vm_stuck_report.facts import (
     DataVolumeFacts,
     Detail,

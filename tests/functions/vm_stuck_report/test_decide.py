@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from functions.vm_stuck_report import wording
-from functions.vm_stuck_report.decide import RULES, Action, Cause, decide, diagnose
+from functions.vm_stuck_report import advice, wording
+from functions.vm_stuck_report.causes import RULES, Action, Cause, diagnose
+from functions.vm_stuck_report.decide import decide
 from functions.vm_stuck_report.facts import (
     DataVolumeFacts,
     Detail,
@@ -234,7 +235,7 @@ def test_one_cause_with_evidence_and_one_next_step(facts, cause, evidence, step)
     verdict = diagnose(*facts)
     assert verdict.action is Action.REPORT and verdict.cause is cause
     assert any(evidence in e for e in wording.evidence(verdict)), wording.evidence(verdict)
-    assert step.lower() in wording.next_step(verdict).lower()
+    assert step.lower() in advice.next_step(verdict).lower()
     assert wording.checked(facts[1])  # every report says what was looked at
 
 
@@ -309,7 +310,7 @@ NAMESPACED = re.compile(r"\b(vm|vmi|pod|pvc|resourcequota|limitrange|datavolume|
 def test_every_next_step_names_a_command_to_run_as_printed(facts):
     """Issue 35: no placeholder (`<node>`), no description in place of a name ("the namespace's ResourceQuota"),
     and a namespaced object with its namespace."""
-    step = wording.next_step(diagnose(*facts))
+    step = advice.next_step(diagnose(*facts))
     commands = COMMAND.findall(step)
     assert commands, step
     for command in commands:
@@ -320,7 +321,7 @@ def test_every_next_step_names_a_command_to_run_as_printed(facts):
 
 def test_the_rows_reach_every_next_step():
     kinds = {diagnose(*p.values[0]).step.kind for p in ROWS + MORE}
-    assert kinds == set(wording.STEPS), set(wording.STEPS) - kinds
+    assert kinds == set(advice.STEPS), set(advice.STEPS) - kinds
 
 
 @pytest.mark.parametrize("queue,action,words", [
@@ -342,7 +343,7 @@ def test_a_queued_migration_is_not_stuck_and_never_unknown_for_it(queue, action,
         assert words in wording.reason(verdict) and "queued" in wording.reason(verdict)
     elif words:
         assert verdict.cause is Cause.MIGRATION_QUEUED and any(words in e for e in wording.evidence(verdict))
-        assert "`kubectl -n kubevirt edit kubevirt kubevirt`" in wording.next_step(verdict)
+        assert "`kubectl -n kubevirt edit kubevirt kubevirt`" in advice.next_step(verdict)
     else:
         assert verdict.cause is Cause.UNKNOWN
         assert any("KubeVirt's migration queue: 1 migration(s) running" in c
@@ -400,7 +401,7 @@ def test_an_import_that_fails_and_a_crash_loop_name_their_cause(row, cause, evid
     verdict = diagnose(*facts)
     assert verdict.cause is cause
     assert any(evidence in e for e in wording.evidence(verdict)), wording.evidence(verdict)
-    assert step in wording.next_step(verdict)
+    assert step in advice.next_step(verdict)
 
 
 def test_a_quota_refusal_names_the_quota_and_its_numbers_on_limits():
@@ -410,9 +411,9 @@ def test_a_quota_refusal_names_the_quota_and_its_numbers_on_limits():
     assert verdict.cause is Cause.QUOTA
     assert "ResourceQuota tenant-quota: limits.memory used 15Gi of 16Gi, the migration target pod asked 2262Mi" in \
         wording.evidence(verdict)
-    assert "`kubectl -n default edit resourcequota tenant-quota`" in wording.next_step(verdict)
+    assert "`kubectl -n default edit resourcequota tenant-quota`" in advice.next_step(verdict)
     wants = diagnose(*MORE[1].values[0])
-    assert wants.cause is Cause.QUOTA and "specify limits.memory for: compute" in wording.next_step(wants)
+    assert wants.cause is Cause.QUOTA and "specify limits.memory for: compute" in advice.next_step(wants)
 
 
 def test_a_quota_on_limits_is_exceeded_by_the_pods_limits():
