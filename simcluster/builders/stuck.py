@@ -270,12 +270,6 @@ def launcher(of: dict, *, node: str = "node-a", pull: tuple[str, str] | None = N
     return obj
 
 
-def pull_error(image: str) -> str:
-    """The kubelet's message for an image whose registry does not resolve (the container's waiting message:
-    pkg/kubelet/images/image_manager.go evalCRIPullErr, the runtime's error)."""
-    host = image.split("/", 1)[0]
-    return (f'failed to pull and unpack image "{image}": failed to resolve reference "{image}": failed to do request: '
-            f'Head "https://{host}/v2/": dial tcp: lookup {host}: no such host')
 
 
 def kubelet_event(on_pod: dict, container: str, reason: str, message: str, *, init: bool = True, count: int = 1,

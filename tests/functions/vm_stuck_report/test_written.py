@@ -23,6 +23,7 @@ from shared.kube import Kube
 from shared.recorder import Recorder
 from shared.runtime import KubeContext
 from simcluster.builders import stuck as b
+from simcluster.kubevirt.node import pull_error
 from tests import backends
 from tests.rbac import used
 
@@ -94,7 +95,7 @@ def test_an_image_pulled_in_the_init_container_is_the_cause_with_kubevirts_condi
     waiting ErrImagePull and the containers after it PodInitializing; the VMI controller copies the reason and
     message to the VMI's Synchronized condition; the kubelet records Failed and BackOff on the pod."""
     image = "registry.example.invalid/vms/fedora:41"
-    message = b.pull_error(image)
+    message = pull_error(image)
     vm, vmi = stuck_vm(cluster, "ErrImagePull", image=image, conditions=[
         {"type": "Synchronized", "status": "False", "reason": "ErrImagePull", "message": message}])
     pod = create_pod(cluster, b.launcher(vmi, pull=("ErrImagePull", message)))
@@ -156,7 +157,7 @@ def test_a_vm_stuck_starting_then_stuck_stopping_ends_the_starting_finding_once(
     node = f"down{next(_names)}"
     cluster.create(b.node(node, ready="Unknown", reason="NodeStatusUnknown"))
     image = "registry.example.invalid/vms/fedora:41"
-    message = b.pull_error(image)
+    message = pull_error(image)
     vm, vmi = stuck_vm(cluster, "ErrImagePull", image=image, conditions=[
         {"type": "Synchronized", "status": "False", "reason": "ErrImagePull", "message": message}],
         finalizers=("kubevirt.io/virtualMachineControllerFinalize", "foregroundDeleteVirtualMachine"))
