@@ -372,16 +372,16 @@ def test_an_events_k8s_io_series_reads_through_core_v1_as_the_function_reads_it(
     """The fact scheduler_event rests on, asked of a real kube-apiserver: an Event written through events.k8s.io/v1
     with a series reads through core/v1 with `series.count`, `eventTime`, no `count` and no `lastTimestamp`
     (pkg/apis/events/v1/conversion.go). The simulator serves core/v1 Events only."""
-    cluster = real_cluster
+    from kubernetes import client as k8s
+
     now = datetime.now(UTC)
     name = f"series{next(_names)}"
-    cluster.create({"apiVersion": "events.k8s.io/v1", "kind": "Event",
-                    "metadata": {"name": name, "namespace": "default"},
-                    "regarding": {"apiVersion": "v1", "kind": "Pod", "name": "p", "namespace": "default"},
-                    "reason": "FailedScheduling", "note": "0/1 nodes are available", "type": "Warning",
-                    "action": "Scheduling", "reportingController": "default-scheduler",
-                    "reportingInstance": "default-scheduler-x", "eventTime": b.micro(now),
-                    "series": {"count": 23, "lastObservedTime": b.micro(now)}})
-    read = cluster.get("v1", "Event", "default", name)
+    k8s.EventsV1Api(real_cluster.api_client()).create_namespaced_event("default", {
+        "apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": name, "namespace": "default"},
+        "regarding": {"apiVersion": "v1", "kind": "Pod", "name": "p", "namespace": "default"},
+        "reason": "FailedScheduling", "note": "0/1 nodes are available", "type": "Warning", "action": "Scheduling",
+        "reportingController": "default-scheduler", "reportingInstance": "default-scheduler-x",
+        "eventTime": b.micro(now), "series": {"count": 23, "lastObservedTime": b.micro(now)}})
+    read = real_cluster.get("v1", "Event", "default", name)
     assert read["series"]["count"] == 23 and read["message"] == "0/1 nodes are available"
     assert not read.get("count") and not read.get("lastTimestamp") and read.get("eventTime")
