@@ -98,8 +98,6 @@ def _stop(s: Stuck, d: Detail) -> Verdict | None:
     node = d.node
     if node is not None and d.vmi_finalizers and node.ready != "True":
         evidence = [say("finalizers", deleting=d.vmi_deleting, finalizers=d.vmi_finalizers), say("node", node=node)]
-        if d.pod is not None:  # a VMI not yet handed over: its launcher pod holds the stop
-            evidence.insert(1, say("launcher-on", pod=d.pod.name, node=node.name))
         return _report(s, Cause.STOP_NOT_HONOURED, evidence, say("bring-back-or-delete-node", node=node.name))
     return None
 

@@ -52,17 +52,12 @@ def read_detail(ctx: KubeContext[Settings], s: Stuck, vm: dict, vmi: dict | None
     disks = {str(v.get("name") or ""): o.string(v, "containerDisk", "image") for v in o.objects(spec, "volumes")
              if o.text(v, "containerDisk", "image")}
     if s.group in ("stopping", "terminating"):
-        # A VMI handed over to its node names it; one still starting does not (the VMI controller sets nodeName at
-        # the hand-over, docs/facts.md §7): its launcher pod's node is where the stop waits.
-        node_name, launcher = (o.string(vmi, "status", "nodeName") if vmi else ""), None
-        if vmi_uid and not node_name:
-            found = _newest(list(ctx.kube.list(POD, namespace, label_selector=f"{CREATED_BY}={vmi_uid}")))
-            node_name = o.string(found, "spec", "nodeName") if found else ""
-            launcher = PodFacts(o.string(found, "metadata", "name"), node_name, o.string(found, "status", "phase")) \
-                if found else None
+        # only a VMI handed over to its node can hang stopping: one that is not yet, KubeVirt fails as soon as its
+        # launcher pod is going down (docs/facts.md §7)
         return Detail(vmi_deleting=bool(kv.meta(vmi).get("deletionTimestamp")) if vmi else False,
                       vmi_finalizers=tuple(str(f) for f in o.array(vmi, "metadata", "finalizers")) if vmi else (),
-                      pod=launcher, node=_node(ctx, node_name), kubevirt_events=kubevirt_events)
+                      node=_node(ctx, o.string(vmi, "status", "nodeName")) if vmi else None,
+                      kubevirt_events=kubevirt_events)
     conflict = next((r.finding.summary for r in (record_of(e) for e in events if source_of(e) == DEVICE_CONFLICT)
                      if r is not None and r.open and r.involved.get("kind") == "VirtualMachine"), "")
     if conflict:

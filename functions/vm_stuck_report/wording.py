@@ -138,8 +138,6 @@ _EVIDENCE: dict[str, Callable[..., str]] = {
     "event": lambda event: f"{event.on}: {event.reason} ×{event.count}: {event.message}",
     "pod-scheduled": lambda pod, status, reason, message: f"pod {pod}: PodScheduled={status} ({reason}): {message}",
     "finalizers": _finalizers,
-    "launcher-on": lambda pod, node: (f"its launcher pod {pod} is bound to node {node}, where no kubelet confirms it "
-                                      f"stopped (the VMI was never handed over to a node)"),
     "node": node_words,
     "claim-missing": lambda volume, claim: f"volume {volume} names PVC {claim}, which does not exist",
     "quota": lambda quota, looked_for: (f"ResourceQuota {quota.name}: {quota.resource} used {quota.used} of "

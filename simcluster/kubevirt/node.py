@@ -288,11 +288,9 @@ class NodeAgent:
 
     def _node_down(self, vmi: Mapping) -> bool:
         """The VMI's node has a Node object that is not Ready: its virt-handler does nothing (a node the simulator
-        does not know as an object is always up). A VMI not yet handed over names no node: its launcher pod's is
-        where it is, and a kubelet that is down never confirms that pod deleted (docs/facts.md §7)."""
-        name = status_of(vmi).get("nodeName") or next(
-            (n for p in self._kube.pods(meta_of(vmi)["namespace"], f"{CREATED_BY_LABEL}={meta_of(vmi).get('uid')}")
-             if (n := (p.get("spec") or {}).get("nodeName"))), None)
+        does not know as an object is always up). A VMI not yet handed over names no node: deleted, the VMI
+        controller fails it at once (its launcher pod is going down), whatever that pod's node (docs/facts.md §7)."""
+        name = status_of(vmi).get("nodeName")
         node = next((n for n in self._kube.nodes() if meta_of(n).get("name") == name), None) if name else None
         return node is not None and not condition_is(node, "Ready", "True")
 

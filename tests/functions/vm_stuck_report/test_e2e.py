@@ -296,6 +296,9 @@ def test_a_faulted_longhorn_volume_fails_the_attach(world):
     world.cluster.create(b.longhorn_volume("pvc-lh-disk", state="detached", robustness="faulted"))
     name = world.create_vm(claims=("lh-disk",))
     world.wait_status(name, "Starting")
+    eventually(lambda: [e for e in world.cluster.list("v1", "Event", "default") if e["reason"] == "FailedAttachVolume"
+                        and e["involvedObject"]["name"].startswith(f"virt-launcher-{name}-")],
+               what="the attach/detach controller's FailedAttachVolume")  # the stand-in's step, under load
     notice = world.reported(name)
     _check(notice, "Starting", "volume-attach", "FailedAttachVolume", "Salvage")
     assert any("Longhorn volume pvc-lh-disk: state detached, robustness faulted" in e
@@ -324,42 +327,6 @@ def test_an_image_the_kubelet_cannot_pull(world):
     world.halt(name)
     world.wait_status(name, "Stopped")
     world.resolved(name)
-
-
-@pytest.mark.node
-def test_a_vm_stuck_starting_then_stopped_where_its_node_went_away_ends_the_starting_finding_once(world, nodes):
-    """Issue 35 point 3: stuck starting (its image), then its node stops answering and the VM is stopped; the stop
-    hangs (the VMI was never handed over: its launcher pod on that node is never confirmed deleted). The
-    stuck-starting finding ends, once, as the stuck-stopping one opens; later ticks announce nothing more."""
-    nodes(b.node("grp-a"))
-    name = world.create_vm(image="registry.example.invalid/vms/fedora:41")
-    world.wait_status(name, "ErrImagePull", "ImagePullBackOff")
-    assert world.reported(name)["category"] == "stuck-starting"
-    world.node_status("grp-a", {"conditions": [{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
-                                                "lastHeartbeatTime": b.stamp(b.NOW),
-                                                "lastTransitionTime": b.stamp(b.NOW)}]})
-    world.halt(name)
-    world.wait_status(name, "Stopping")
-    time.sleep(AFTER + 1)
-    for _ in range(20):
-        world.tick()
-        if world.notices(name, "resolved"):
-            break
-    eventually(lambda: len(world.notices(name)) == 2, what="the stuck-stopping notice")
-    world.tick()
-    world.tick()
-    detected, resolved = world.notices(name), world.notices(name, "resolved")
-    assert [n["category"] for n in detected] == ["stuck-starting", "stuck-stopping"], detected
-    assert [n["category"] for n in resolved] == ["stuck-starting"], resolved
-    assert "Stopping now" in resolved[0]["details"]["because"]
-    d = detected[1]["details"]
-    assert d["cause"] == "stop-not-honoured" and any("grp-a" in e for e in d["evidence"]), d
-    world.node_status("grp-a", {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                                                "lastHeartbeatTime": b.stamp(b.NOW),
-                                                "lastTransitionTime": b.stamp(b.NOW)}]})
-    world.wait_status(name, "Stopped")
-    eventually(lambda: (world.tick(), len(world.notices(name, "resolved")) == 2)[1], timeout=60,
-               what="the stuck-stopping episode's end")
 
 
 # -- stopping ---------------------------------------------------------------------------------------

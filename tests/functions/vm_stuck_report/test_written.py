@@ -150,23 +150,21 @@ def notices(outcome) -> list[dict]:
 
 
 def test_a_vm_stuck_starting_then_stuck_stopping_ends_the_starting_finding_once(cluster):
-    """A VM cannot pull its image on a node that then goes away; it is stopped, and the stop hangs there (the VMI
-    was never handed over, so its launcher pod on the NotReady node holds it). The stuck-starting finding ends once,
-    with one notice, when the stuck-stopping one opens; later ticks announce nothing and do not rewrite the
-    stopping finding's Event."""
+    """A VM handed over to a node that then stops answering stays Starting (virt-handler there never starts the
+    guest); it is stopped, and the stop hangs there too (KubeVirt prints Stopping: the VMI, marked for deletion, is
+    not final). The stuck-starting finding ends once, with one notice, when the stuck-stopping one opens; later ticks
+    announce nothing and do not rewrite the stopping finding's Event."""
     node = f"down{next(_names)}"
     cluster.create(b.node(node, ready="Unknown", reason="NodeStatusUnknown"))
-    image = "registry.example.invalid/vms/fedora:41"
-    message = pull_error(image)
-    vm, vmi = stuck_vm(cluster, "ErrImagePull", image=image, conditions=[
-        {"type": "Synchronized", "status": "False", "reason": "ErrImagePull", "message": message}],
-        finalizers=("kubevirt.io/virtualMachineControllerFinalize", "foregroundDeleteVirtualMachine"))
-    create_pod(cluster, b.launcher(vmi, node=node, pull=("ErrImagePull", message)))
+    vm, vmi = stuck_vm(cluster, "Starting", vmi_phase="Scheduled",
+                       finalizers=("kubevirt.io/virtualMachineControllerFinalize", "foregroundDeleteVirtualMachine"))
     name = vm["metadata"]["name"]
+    cluster.patch("kubevirt.io/v1", "VirtualMachineInstance", "default", name, {"status": {"nodeName": node}})
+    create_pod(cluster, b.pod(vmi, node=node, phase="Running", scheduled=("True", "", "")))
     [starting] = notices(converge(cluster, vm))
     assert (starting["category"], starting["state"], starting["details"]["cause"]) == \
-        ("stuck-starting", "detected", "image-pull")
-    # the VM is stopped: virt-controller deletes the VMI and prints Stopping; nothing on the node confirms it
+        ("stuck-starting", "detected", "node-not-ready")
+    # the VM is stopped: virt-controller deletes the VMI and prints Stopping; virt-handler on the node is down
     cluster.patch("kubevirt.io/v1", "VirtualMachine", "default", name, {"status": {"printableStatus": "Stopping"}},
                   subresource="status")
     cluster.delete("kubevirt.io/v1", "VirtualMachineInstance", "default", name)
