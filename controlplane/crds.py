@@ -88,3 +88,16 @@ def manifest_crds() -> list[dict]:
             raise ValueError(f"{path} holds no CustomResourceDefinition")
         crds.extend(found)
     return crds
+
+
+CDI_VERSION = "v1.64.0"  # the CDI API KubeVirt v1.8.3 builds against (its go.mod)
+
+
+def cdi_crds() -> list[dict]:
+    """CDI's DataVolume CRD (upstream/cdi/): a world with no virt-controller writes DataVolumes as CDI would. Not
+    beside a running virt-controller: seeing it, virt-controller turns on its DataVolume integration and waits for
+    CDI's CDI and CDIConfig CRDs too (pkg/virt-controller/watch/application.go, hasCDI)."""
+    path = paths.UPSTREAM_DIR / "cdi" / CDI_VERSION / "datavolume.crd.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: a CRD manifest the control plane installs is missing")
+    return [copy.deepcopy(d) for d in _crd_documents(path) if d.get("kind") == "CustomResourceDefinition"]

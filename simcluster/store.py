@@ -152,6 +152,8 @@ RESOURCES: tuple[ResourceType, ...] = (
     _custom("kubevirt.io", "v1", "virtualmachineinstancemigrations", "VirtualMachineInstanceMigration", True),
     _custom("kubevirt.io", "v1", "kubevirts", "KubeVirt", True),
     _custom("migrations.kubevirt.io", "v1alpha1", "migrationpolicies", "MigrationPolicy", False),
+    # CDI's DataVolume (upstream/cdi/): vm-stuck-report times Provisioning and DataVolumeError from it
+    _custom("cdi.kubevirt.io", "v1beta1", "datavolumes", "DataVolume", True),
     _custom("longhorn.io", "v1beta2", "volumes", "Volume", True),
     _custom("longhorn.io", "v1beta2", "engines", "Engine", True),
     _custom("longhorn.io", "v1beta2", "replicas", "Replica", True),

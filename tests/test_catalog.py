@@ -300,9 +300,9 @@ def test_the_docs_page_explains_every_category(function):
 
 
 def test_vm_stuck_reports_docs_name_every_cause():
-    """Adding a cause to vm-stuck-report is its rule in decide.py, its words, and its row in the docs' table of
+    """Adding a cause to vm-stuck-report is its rule in causes.py, its words, and its row in the docs' table of
     causes: this names the page when the row is missing."""
-    from functions.vm_stuck_report.decide import Cause
+    from functions.vm_stuck_report.causes import Cause
 
     page = (REPO / "docs" / "vm-stuck-report.md").read_text()
     missing = [c.value for c in Cause if f"| `{c.value}` |" not in page]

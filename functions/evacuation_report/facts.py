@@ -16,7 +16,7 @@ from shared import objects as o
 
 PURE = True
 
-EVACUATION_ANNOTATION = "kubevirt.io/evacuationMigration"  # types.go EvacuationMigrationAnnotation: the node
+EVACUATION_ANNOTATION = kv.EVACUATION_MIGRATION  # the node being emptied
 EVACUATION_PREFIX = "kubevirt-evacuation-"                  # evacuation.go GenerateNewMigration's generateName
 MAINTAIN_STRATEGY = "harvesterhci.io/maintain-mode-strategy"  # a VM's label, copied to its VMI (Harvester ≥ 1.4)
 SHUTDOWN_STRATEGIES = ("Shutdown", "ShutdownAndRestartAfterEnable", "ShutdownAndRestartAfterDisable")

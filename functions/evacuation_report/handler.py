@@ -13,7 +13,6 @@ changes nothing but Events.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
 
 from functions.evacuation_report.decide import Action, Verdict, decide
 from functions.evacuation_report.facts import EVACUATION_ANNOTATION, node_facts
@@ -76,7 +75,7 @@ def rescan(ctx: KubeContext[Settings], delivery: str) -> Outcome:
 
 def converge(name: str, ctx: KubeContext[Settings], delivery: str = "", *, tick: bool = False) -> Outcome:
     """Read the node fresh; only a node being emptied or down has its VMs read; decide; record."""
-    looked = ctx.clock()  # before the reads: a finding resolved since is not reopened on them (Ledger.sighted)
+    # the records before the state they are judged by: one resolved since is not reopened on this look (Ledger.sighted)
     records = [r for r in _ledger(ctx).records(state=None, field_selector=f"involvedObject.name={name}")
                if r.finding.details.get("node") == name and r.involved.get("kind") == "Node"]
     for record in records:  # a redelivery of the event that opened or ended an episode answers as it did
@@ -94,7 +93,7 @@ def converge(name: str, ctx: KubeContext[Settings], delivery: str = "", *, tick:
         earlier = next(({str(v.get("vm")): v for v in r.finding.details.get("vms") or ()}
                         for r in records if r.open), {})
         verdict = decide(read_facts(ctx, facts, earlier), ctx.settings, ctx.clock())
-    return act(verdict, name, node, records, ctx, delivery, tick, looked)
+    return act(verdict, name, node, records, ctx, delivery, tick)
 
 
 # -- parse: which node is this event about? (no API calls) -----------------------------------------
@@ -154,7 +153,7 @@ def _ledger(ctx: KubeContext[Settings]) -> Ledger:
 
 
 def act(verdict: Verdict, name: str, node: dict | None, records: list[Record], ctx: KubeContext[Settings],
-        delivery: str, tick: bool, looked: datetime) -> Outcome:
+        delivery: str, tick: bool) -> Outcome:
     now, where = ctx.clock(), subject(name)
     keep = verdict.category.value if verdict.action is Action.REPORT and verdict.category else None
     ended = []
@@ -174,8 +173,9 @@ def act(verdict: Verdict, name: str, node: dict | None, records: list[Record], c
     current = next((r for r in records if r.open and r.finding.category == keep), None)
     changed = current is not None and outcomes(current.finding.details) != outcomes(opened.details)
     ledger = _category_ledger(ctx, keep)
+    read = next((r.resource_version for r in records if r.finding.category == keep), "")
     notice = ledger.sighted(opened, node, delivery, now, message=opened.summary, count=not tick, update=changed,
-                            looked=looked)
+                            read=read)
     if notice is None:
         return Outcome(verdict.action.value, effect="updated" if changed else "seen-again", subject=where,
                        reason=verdict.reason, reply=ended[0] if ended else None)

@@ -20,7 +20,6 @@ from shared import kubevirt as kv
 
 # KubeVirt's evacuation controller annotates the migrations it creates for a drained node with that node
 # (types.go EvacuationMigrationAnnotation, docs/facts.md §10): evacuation-report explains them in its node's finding.
-EVACUATION = "kubevirt.io/evacuationMigration"
 
 
 class Action(enum.StrEnum):
@@ -56,8 +55,8 @@ def precheck(vmim: dict, settings: Settings, now: datetime) -> str | None:
     meta, phase = kv.meta(vmim), kv.phase(vmim)
     if not settings.in_scope(meta.get("namespace", "")):
         return f"namespace {meta.get('namespace')} is out of scope"
-    if kv.annotations_of(vmim).get(EVACUATION):
-        return _evacuation(kv.annotations_of(vmim)[EVACUATION])
+    if kv.annotations_of(vmim).get(kv.EVACUATION_MIGRATION):
+        return _evacuation(kv.annotations_of(vmim)[kv.EVACUATION_MIGRATION])
     if phase not in kv.FINAL_PHASES:
         return f"phase is {phase or 'unset'}, not final yet"
     ended = finished_at(vmim)
@@ -78,8 +77,9 @@ def row_precheck(meta: Mapping[str, Any], phase: Any, settings: Settings, now: d
     if not settings.in_scope(namespace):
         return f"namespace {namespace} is out of scope"
     notes = meta.get("annotations")
-    if isinstance(notes, dict) and isinstance(notes.get(EVACUATION), str) and notes[EVACUATION]:
-        return _evacuation(notes[EVACUATION])
+    node = notes.get(kv.EVACUATION_MIGRATION) if isinstance(notes, dict) else None
+    if isinstance(node, str) and node:
+        return _evacuation(node)
     if not isinstance(phase, str) or phase not in kv.FINAL_PHASES:
         return f"phase is {phase or 'unset'}, not final yet"
     entries = meta.get("managedFields")
