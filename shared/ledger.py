@@ -85,9 +85,13 @@ class Record:
         return self.state == OPEN
 
     def life(self) -> dict[str, Any]:
+        """Its life as a notice carries it, with `record`, where it is kept (`<namespace>/<Event name>`): a
+        consumer reads the state on record there (alert-forwarder: an episode ended since is not announced
+        firing) and keeps what it needs about the finding beside it (docs/findings.md)."""
         return {"episode": self.episode, "count": self.count,
                 "openedAt": stamp(self.opened_at) if self.opened_at else None,
-                "resolvedAt": stamp(self.resolved_at) if self.resolved_at else None}
+                "resolvedAt": stamp(self.resolved_at) if self.resolved_at else None,
+                "record": f"{self.namespace}/{self.name}"}
 
 
 def _parse(text: str | None) -> datetime | None:
@@ -116,9 +120,11 @@ def record_of(event: Mapping[str, Any]) -> Record | None:
                   event.get("involvedObject") or {})
 
 
-def every_record(kube: Kube, *, cached: bool = True) -> Iterator[Record]:
+def every_record(kube: Kube, *, cached: bool = False) -> Iterator[Record]:
     """Every function's findings on record, open and resolved, page by page: what alert-forwarder keeps
-    Alertmanager in step with. `cached`: from the API server's watch cache (a tick later is soon enough)."""
+    Alertmanager in step with. Read from etcd, `limit` at a time: the watch cache (`cached`) answers a LIST
+    whole, whatever its `limit`, up to kube-apiserver 1.33 (shared/kube.py `_pages`), and 50,000 findings in
+    one response would not fit in alert-forwarder's memory."""
     for event in kube.list(EVENT, None, label_selector=LABEL, cached=cached):
         found = record_of(event)
         if found is not None:
