@@ -140,12 +140,16 @@ class Facts:
 
 @dataclass(frozen=True)
 class Send:
-    """What one receiver is sent of one finding, in order, and its receipt once it accepted them (None: none kept,
-    for a finding without a record)."""
+    """What one receiver is sent of one finding, in order, and its receipt once it accepted each (`steps`, one per
+    alert; None: no receipt kept, for a finding without a record)."""
 
     target: Target
     alerts: tuple[Alert, ...]
-    reaches: Position | None
+    steps: tuple[Position | None, ...]
+
+    @property
+    def reaches(self) -> Position | None:
+        return self.steps[-1]
 
 
 @dataclass(frozen=True)
@@ -201,13 +205,13 @@ def _plan(finding: Received, record: OnRecord | None, read: bool, settings: Sett
     """One finding of a notice: what each receiver is sent of it."""
     episode = finding.episode if finding.state in ("detected", "resolved") else None
     if finding.record is None or episode is None:  # nothing to judge it by: sent as it says, at least once
-        return Plan(finding, SEND, tuple(Send(t, (to_alert(finding, settings, now),), None) for t in settings.targets))
+        return _as_said(finding, settings, now)
     if not read:
         return Plan(finding, UNREAD)
     if record is not None and _identity(record.finding) != _identity(finding):
         record = None  # the Event it names is another finding's: nothing of this one is kept there, or read from it
     if record is None:  # its record is gone (deleted, or expired): sent as it says, at least once
-        return Plan(finding, SEND, tuple(Send(t, (to_alert(finding, settings, now),), None) for t in settings.targets))
+        return _as_said(finding, settings, now)
     if record.episode < episode or (record.episode == episode and None not in (record.opened_at, finding.opened_at)
                                     and record.opened_at != finding.opened_at):
         return Plan(finding, OTHER_LIFE, record=record)  # of an Event that expired: its receipts went with it
@@ -216,13 +220,15 @@ def _plan(finding: Received, record: OnRecord | None, read: bool, settings: Sett
         accepted = record.accepted(target.id)
         if target.kind == ALERTMANAGER:  # a state, not a stream: it gets the record's, whatever the notice
             if accepted < record.position:
-                sends.append(Send(target, (to_alert(record.finding, settings, now),), record.position))
+                sends.append(Send(target, (to_alert(record.finding, settings, now),), (record.position,)))
         elif finding.state == "detected":  # a stream of messages: one firing per episode while it is open ...
             if record.position == firing(episode) and accepted < firing(episode):
-                sends.append(Send(target, (to_alert(finding, settings, now),), firing(episode)))
+                sends.append(Send(target, (to_alert(finding, settings, now),), (firing(episode),)))
         elif accepted < resolved(episode):  # ... and its resolved, after the firing it never got, if it did not
-            owed = [to_alert(replace(finding, state="detected"), settings, now)] if accepted < firing(episode) else []
-            sends.append(Send(target, (*owed, to_alert(finding, settings, now)), resolved(episode)))
+            owed = accepted < firing(episode)
+            alerts = (to_alert(replace(finding, state="detected"), settings, now),) if owed else ()
+            sends.append(Send(target, (*alerts, to_alert(finding, settings, now)),
+                              (firing(episode), resolved(episode)) if owed else (resolved(episode),)))
     # A firing notice of an episode that ended is never sent firing (docs/facts.md §8: Alertmanager would take its
     # later end for a new one and fire again, and a webhook would end on FIRING); Alertmanager still gets the record.
     ended = finding.state == "detected" and record.position != firing(episode)
@@ -231,6 +237,11 @@ def _plan(finding: Received, record: OnRecord | None, read: bool, settings: Sett
     if record.claim is not None and record.claim.until > now:
         return Plan(finding, BUSY, record=record, busy=record.claim)
     return Plan(finding, ENDED if ended else SEND, tuple(sends), record)
+
+
+def _as_said(finding: Received, settings: Settings, now: datetime) -> Plan:
+    """Sent to every receiver as the notice says, no receipt kept: at least once."""
+    return Plan(finding, SEND, tuple(Send(t, (to_alert(finding, settings, now),), (None,)) for t in settings.targets))
 
 
 def _identity(finding: Received) -> tuple[str, str, str | None, str]:

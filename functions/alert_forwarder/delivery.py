@@ -33,6 +33,7 @@ from functions.alert_forwarder.receipts import (
     RECEIPTS,
     Claim,
     OnRecord,
+    Position,
     advance,
     read_claim,
     read_receipts,
@@ -124,7 +125,7 @@ def _deliver_directly(event: Incoming, plans: Sequence[Plan], settings: Settings
                                                                                         settings)]
             done.receivers.add(ALERTMANAGER)
         else:
-            errors = [e for alert in alerts for e in _post_webhook((alert,), target, event, settings)]
+            errors = [e for alert in alerts for e in _post_webhook((alert,), target, event, settings)[1]]
             done.receivers.add(f"webhook-{settings.webhook_format}")
         done.errors += errors
         if not errors:
@@ -145,18 +146,17 @@ def _once(event: Incoming, finding: Received, kube: Kube, ctx: Context[Settings]
         if not plan.sends:
             return plan, [], set(), []
         if plan.record is None:  # gone, or another finding's: sent as the notice says, at least once
-            sent, receivers, errors = _send(event, plan.sends, ctx.settings, None)
-            return plan, [a for s in plan.sends if s.target.id in sent for a in s.alerts], receivers, errors
+            taken, receivers, errors = _send(event, plan.sends, ctx.settings, None)
+            return plan, _accepted(plan.sends, taken), receivers, errors
         claim = Claim(secrets.token_hex(8), now + CLAIM_FOR)
         try:
             claimed = _claim(kube, plan.record, claim)
         except Conflict:
             continue  # someone else wrote it first (a producer's sighting, another delivery's claim): again
         deadline = time.monotonic() + (CLAIM_FOR - rescan.DELIVERY_TIMEOUT).total_seconds()
-        sent, receivers, errors = _send(event, plan.sends, ctx.settings, deadline)
-        _confirm(kube, claimed, claim, {s.target.id: s.reaches for s in plan.sends
-                                        if s.target.id in sent and s.reaches is not None})
-        return plan, [a for s in plan.sends if s.target.id in sent for a in s.alerts], receivers, errors
+        taken, receivers, errors = _send(event, plan.sends, ctx.settings, deadline)
+        _confirm(kube, claimed, claim, _reached(plan.sends, taken))
+        return plan, _accepted(plan.sends, taken), receivers, errors
     raise Conflict(wording.kept_changing(namespace, name))
 
 
@@ -214,40 +214,56 @@ def _confirm(kube: Kube, record: OnRecord, claim: Claim, reached: dict[str, Any]
 
 # -- sending --------------------------------------------------------------------------------------
 def _send(event: Incoming, sends: Sequence[Send], settings: Settings, deadline: float | None
-          ) -> tuple[set[str], set[str], list[VmeventsError]]:
-    """POST each send's alerts to its receiver, in order; every receiver is tried even if another failed. The
-    ids of the targets that accepted all theirs, the kinds of receiver posted to, and the failures."""
-    accepted: set[str] = set()
+          ) -> tuple[dict[str, int], set[str], list[VmeventsError]]:
+    """POST each send's alerts to its receiver, in order; every receiver is tried even if another failed. How many of
+    its alerts each target accepted (a webhook that took the firing message it was owed and failed on the resolved
+    one took one), the kinds of receiver posted to, and the failures."""
+    taken: dict[str, int] = {}
     receivers: set[str] = set()
     failures: list[VmeventsError] = []
     for send in sends:
         if deadline is not None and time.monotonic() > deadline:
             failures.append(TemporaryError(wording.claim_ran_out(send.target.kind)))
             continue
-        errors = post_alertmanager(send.alerts, send.target, settings) if send.target.kind == ALERTMANAGER \
-            else _post_webhook(send.alerts, send.target, event, settings)
-        receivers.add(ALERTMANAGER if send.target.kind == ALERTMANAGER else f"webhook-{settings.webhook_format}")
+        if send.target.kind == ALERTMANAGER:
+            errors = post_alertmanager(send.alerts, send.target, settings)
+            count = 0 if errors else len(send.alerts)
+            receivers.add(ALERTMANAGER)
+        else:
+            count, errors = _post_webhook(send.alerts, send.target, event, settings)
+            receivers.add(f"webhook-{settings.webhook_format}")
         failures += errors
-        if not errors:
-            accepted.add(send.target.id)
-    return accepted, receivers, failures
+        if count:
+            taken[send.target.id] = count
+    return taken, receivers, failures
+
+
+def _reached(sends: Sequence[Send], taken: dict[str, int]) -> dict[str, Position]:
+    """Each target's receipt once it accepted `taken` of its alerts."""
+    steps = {send.target.id: send.steps[taken[send.target.id] - 1] for send in sends if send.target.id in taken}
+    return {target: step for target, step in steps.items() if step is not None}
+
+
+def _accepted(sends: Sequence[Send], taken: dict[str, int]) -> list[Alert]:
+    """The alerts the receivers accepted (for the log line)."""
+    return [alert for send in sends for alert in send.alerts[:taken.get(send.target.id, 0)]]
 
 
 def _post_webhook(alerts: Sequence[Alert], target: Target, event: Incoming, settings: Settings
-                  ) -> list[VmeventsError]:
+                  ) -> tuple[int, list[VmeventsError]]:
     """One message per alert, in order (a firing the webhook never got, then its resolved); the first failure
-    stops the rest, so a resolved message never goes without its firing one."""
+    stops the rest, so a resolved message never goes without its firing one. How many it accepted, and the error."""
     hook = settings.webhook
     assert hook is not None
     headers = read_headers(hook.credentials_file) if hook.credentials_file else {}
     payload_of = wording.slack_message if settings.webhook_format == "slack" else wording.webhook_payload
-    for alert in alerts:
+    for taken, alert in enumerate(alerts):
         errors = _post("the webhook", target.url, payload_of(alert, event, settings),
                        {"X-Vmevents-Alert": alert.fingerprint, **headers}, hook.verify, settings.timeout,
                        credentials=tuple(headers), allowed=settings.redirect_origins)
         if errors:
-            return errors
-    return []
+            return taken, errors
+    return len(alerts), []
 
 
 def post_alertmanager(alerts: Sequence[Alert] | bytes, target: Target, settings: Settings) -> list[VmeventsError]:

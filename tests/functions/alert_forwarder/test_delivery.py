@@ -157,6 +157,22 @@ def test_the_webhook_down_for_every_retry_gets_the_whole_episode_at_its_end(clus
     assert s.posted() == ["firing", "resolved"]
 
 
+def test_a_webhook_failing_between_the_firing_it_was_owed_and_the_resolved_keeps_the_firing(cluster, am, hook):
+    """At the end of an episode whose firing message the webhook missed, it takes the firing message and fails on the
+    resolved one: its receipt says firing, so the redelivery sends the resolved message only."""
+    s = Story(cluster, am, hook)
+    detected = s.open()
+    hook.fail_with(503)
+    s.deliver(detected)
+    hook.accept_then_fail(1, 503)
+    resolved = s.resolve()
+    assert isinstance(s.deliver(resolved), TemporaryError)
+    assert s.messages() == ["firing"]
+    hook.fail_with(None)
+    assert not isinstance(s.deliver(resolved), Exception)
+    assert s.messages() == ["firing", "resolved"]
+
+
 def test_deliveries_at_once_send_each_message_once(cluster, am, hook):
     """Eight deliveries of one notice at once (a redelivery overtaking a slow first try, replicas): one claims the
     finding and sends; the others read its claim and answer 503, and their redeliveries find it accepted."""
