@@ -43,6 +43,7 @@ PING = "dev.knative.sources.ping"
 CHUNK_ALERTS = 500
 CHUNK_BYTES = 1 << 20
 PAGE = 250  # records decided at once (the LIST's own page size: shared/kube.py PAGE_SIZE)
+BUDGET = rescan.DEFAULT_BUDGET  # no page is decided after it (below the Trigger's delivery timeout)
 T = TypeVar("T")
 
 
@@ -50,7 +51,7 @@ def refresh(ctx: KubeContext[Settings]) -> Outcome:
     settings = ctx.settings
     if not settings.alertmanager:
         return Outcome("drop", reason=wording.dropped(Verdict(DROP, NO_ALERTMANAGER), settings))
-    deadline = time.monotonic() + rescan.DEFAULT_BUDGET.total_seconds()
+    deadline = time.monotonic() + BUDGET.total_seconds()
     poster = Poster(settings, [t for t in settings.targets if t.kind == ALERTMANAGER])
     body = Body(settings, poster)
     seen = Seen()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -61,7 +61,14 @@ def ping(ctx):
     return handler.on_event(Incoming(id=str(uuid.uuid4()), type=tick.PING, source="/ping", data={}), ctx)
 
 
-def test_a_tick_reposts_10000_findings_in_bounded_bodies(outage):
+@pytest.fixture
+def unhurried(monkeypatch):
+    """The tick's budget out of the way: what is checked is what it posts, not how fast a loaded machine serves
+    10,000 findings (test_tick.py checks the budget; bench/alert_forwarder.py measures the time)."""
+    monkeypatch.setattr(tick, "BUDGET", timedelta(minutes=10))
+
+
+def test_a_tick_reposts_10000_findings_in_bounded_bodies(outage, unhurried):
     cluster, am, _, _, sizer, ctx = outage
     sizer.reset()
     outcome = ping(ctx)
@@ -73,7 +80,7 @@ def test_a_tick_reposts_10000_findings_in_bounded_bodies(outage):
     eventually(lambda: am.unresolved() >= FINDINGS, timeout=60, what="Alertmanager holding every alert")
 
 
-def test_an_episode_among_10000_open_findings_is_one_firing_and_one_resolved(outage):
+def test_an_episode_among_10000_open_findings_is_one_firing_and_one_resolved(outage, unhurried):
     cluster, am, notifications, hook, _, ctx = outage
     ns = "scale1"
     ledger = Ledger(Kube(cluster.api_client()), PRODUCER, reason="E2eFinding")
