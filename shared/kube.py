@@ -281,14 +281,18 @@ class Kube:
                 rows.append({"metadata": meta, "cells": cells})
             yield str((page.get("metadata") or {}).get("resourceVersion") or ""), rows
 
-    def changes(self, kind: Kind, namespace: str | None, since: str, *, seconds: int = 1) -> Changes:
+    def changes(self, kind: Kind, namespace: str | None, since: str, *, seconds: int = 1,
+                label_selector: str | None = None) -> Changes:
         """What changed since resourceVersion `since`: a WATCH from there that the server ends after `seconds`
         (timeoutSeconds). The watch cache sends what it kept since that version at once, then what happens
         while the watch lasts. `Changes.resource_version` is the last change's version (`since` when nothing
         changed): the next call starts there. Expired (410) when the cache no longer keeps `since`: list again.
         No bookmarks are asked for: kube-apiserver 1.33's cacher plans them 2 s before a watch's deadline or
-        once a minute (cache_watcher.go nextBookmarkTime), and watches of 1-4 s got none (docs/api-cost.md)."""
-        query = {"watch": "1", "resourceVersion": since, "timeoutSeconds": str(seconds)}
+        once a minute (cache_watcher.go nextBookmarkTime), and watches of 1-4 s got none (docs/api-cost.md).
+        `label_selector`: only the objects it selects; one that comes to match it arrives as ADDED, one that stops
+        matching as DELETED (k8s.io/apiserver v0.33.13 storage/cacher/cache_watcher.go convertToWatchEvent)."""
+        query = {"watch": "1", "resourceVersion": since, "timeoutSeconds": str(seconds),
+                 "labelSelector": label_selector}
         data = self._send("GET", kind.path(namespace), query)
         found = Changes(resource_version=since)
         for line in data.splitlines():

@@ -103,10 +103,11 @@ DECLARATION = Function(
               MIN_SEVERITY, CLUSTER_NAME, ALERT_TTL, ALERT_VALID_FOR, ALERT_RESOLVED_FOR, ALERT_CLOCK_SKEW,
               SEND_TIMEOUT, REDIRECT_ALLOWED_ORIGINS, RUNBOOK_BASE_URL),
     grants=(
-        Grant(rules=(Rule("", ("events",), ("get", "list", "patch"),
+        Grant(rules=(Rule("", ("events",), ("get", "list", "patch", "watch"),
                           why="get: a finding's Event before its notice is sent (an episode that ended is not sent "
                               "firing); patch: its annotations vmevents.io/alert-claim and vmevents.io/alert-receipts "
                               "(who is sending it, and what each receiver accepted: nothing is sent twice), at the "
                               "version read; list: the finding Events of every function (label "
-                              "vmevents.io/finding), page by page, on a tick. Nothing else: no other object."),)),),
+                              "vmevents.io/finding), page by page, on a tick; watch: for a second at the end of a "
+                              "tick, the findings resolved while it ran. Nothing else: no other object."),)),),
 )

@@ -89,12 +89,13 @@ def _finding(data: Mapping[str, Any], function: str, what: str, subject: str | N
 
 
 def on_record(data: Mapping[str, Any], state: str, opened_at: datetime | None,
-              resolved_at: datetime | None, episode: int | None = None) -> Received:
+              resolved_at: datetime | None, episode: int | None = None,
+              where: tuple[str, str] | None = None) -> Received:
     """A finding as its record keeps it (shared/ledger.py: the schema, with its life beside it); `state` is
-    `detected` for an open one, `resolved` for one that ended."""
+    `detected` for an open one, `resolved` for one that ended; `where`, its Event's namespace and name."""
     found = _finding({**data, "state": state}, _text(data.get("function")), state, _text(data.get("subject")), None)
     return replace(found, opened_at=opened_at or found.opened_at, resolved_at=resolved_at or found.resolved_at,
-                   episode=episode or found.episode)
+                   episode=episode or found.episode, record=where or found.record)
 
 
 def _episode(value: Any) -> int | None:

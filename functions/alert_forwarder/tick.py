@@ -11,6 +11,10 @@ scales"). No new page is decided once the tick has used its budget (shared/resca
 timeout, so the tick answers before the broker gives up on it and sends another); what a tick does not reach, the
 next one posts, from the start of the list.
 
+The pages are one snapshot, taken when the tick begins: a finding resolved while it runs may be posted firing after
+its `.resolved` notice reached Alertmanager, which holds the later post. So the tick ends by watching, from where it
+began, the findings that came to be resolved, and posts those it posted firing resolved again (`_correct`).
+
 Firing wins over resolved under one label set across the whole tick, as `one_per_labels` has it within a body
 (Alertmanager takes the later post of two: docs/facts.md §8): a resolved alert whose labels a firing one of this
 tick may have had is not posted. "May": the firing alerts posted so far are remembered in a Bloom filter of fixed
@@ -19,6 +23,7 @@ at its last post's end. A resolved one posted before a firing one with its label
 """
 from __future__ import annotations
 
+import hashlib
 import queue
 import threading
 import time
@@ -36,7 +41,9 @@ from functions.alert_forwarder.settings import ALERTMANAGER, Settings, Target
 from shared import rescan
 from shared.errors import TemporaryError, VmeventsError, longest_retry_after
 from shared.finding import RESOLVED
-from shared.ledger import Record, every_record
+from shared.kinds import EVENT
+from shared.kube import Expired, Kube
+from shared.ledger import LABEL, STATE_LABEL, Record, every_record, record_of
 from shared.runtime import KubeContext, Outcome
 
 PING = "dev.knative.sources.ping"
@@ -54,30 +61,36 @@ def refresh(ctx: KubeContext[Settings]) -> Outcome:
     deadline = time.monotonic() + BUDGET.total_seconds()
     poster = Poster(settings, [t for t in settings.targets if t.kind == ALERTMANAGER])
     body = Body(settings, poster)
-    seen = Seen()
+    seen, fired = Seen(), Seen()
     counted = Counted()
+    since = version_now(ctx.kube)  # before the LIST's snapshot: what is resolved after it is found below
     pages = Ahead(every_record(ctx.kube), PAGE)
     try:
         for page in pages:
-            _post_page([_received(record) for record in page], body, seen, counted, ctx)
+            _post_page([_received(record) for record in page], body, seen, fired, counted, ctx)
             if time.monotonic() > deadline:
                 counted.stopped = True
                 break
+        pages.close()
+        _correct(since, body, fired, counted, ctx)
         body.flush()
     finally:
         pages.close()
         poster.close()
-    reason = wording.refreshed(counted.firing, counted.resolved, counted.on_record, poster.posts, counted.stopped)
+    reason = wording.refreshed(counted.firing, counted.resolved, counted.on_record, poster.posts, counted.stopped,
+                               counted.corrected, counted.uncorrected)
     poster.raise_errors(reason)
     return Outcome("refresh", effect="alertmanager" if poster.posts else "none", reason=reason)
 
 
 def _received(record: Record) -> Received:
     state = "detected" if record.open else RESOLVED
-    return on_record(record.finding.data(state), state, record.opened_at, record.resolved_at, record.episode)
+    return on_record(record.finding.data(state), state, record.opened_at, record.resolved_at, record.episode,
+                     (record.namespace, record.name))
 
 
-def _post_page(page: list[Received], body: Body, seen: Seen, counted: Counted, ctx: KubeContext[Settings]) -> None:
+def _post_page(page: list[Received], body: Body, seen: Seen, fired: Seen, counted: Counted,
+               ctx: KubeContext[Settings]) -> None:
     counted.on_record += len(page)
     verdict = decide(Facts(PING, page, tick=True), ctx.settings, ctx.clock())
     for alert in verdict.alerts:
@@ -87,8 +100,49 @@ def _post_page(page: list[Received], body: Body, seen: Seen, counted: Counted, c
             counted.resolved += 1
         else:
             seen.add(alert.fingerprint)
+            fired.add(_where(alert.finding))
             counted.firing += 1
         body.add(alert)
+
+
+def _correct(since: str, body: Body, fired: Seen, counted: Counted, ctx: KubeContext[Settings]) -> None:
+    """The findings resolved while this tick ran, which it may have posted firing from its snapshot after their
+    .resolved notice was posted (Alertmanager holds the later post: docs/facts.md §8): posted resolved again, after.
+    Only those this tick posted firing (`fired`, by their Event): a resolved twin of a firing finding stays
+    unposted, as in the pass."""
+    try:
+        ended = [_received(r) for r in resolved_since(ctx.kube, since)]
+    except Expired:
+        counted.uncorrected = True
+        return
+    verdict = decide(Facts(PING, [f for f in ended if fired.maybe(_where(f))], tick=True), ctx.settings, ctx.clock())
+    for alert in verdict.alerts:
+        body.add(alert)
+        counted.corrected += 1
+
+
+def _where(finding: Received) -> str:
+    """Its Event, as a fingerprint for `Seen`."""
+    return hashlib.sha256("/".join(finding.record or ("", "")).encode()).hexdigest()[:16]
+
+
+def version_now(kube: Kube) -> str:
+    """The finding Events' resourceVersion now (a LIST of one, from etcd): where `resolved_since` starts."""
+    page = kube.request("GET", EVENT.path(), query={"labelSelector": LABEL, "limit": 1})
+    return str((page.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def resolved_since(kube: Kube, version: str) -> Iterator[Record]:
+    """The findings resolved since `version` (by anyone), as their Events are now: a WATCH from there that selects
+    the resolved ones, so an Event that came to be resolved arrives as ADDED (kube-apiserver's watch filter,
+    k8s.io/apiserver v0.33.13 storage/cacher/cache_watcher.go convertToWatchEvent). Expired (410) once the watch
+    cache no longer keeps `version` (it keeps at least 75 s: cacher.go DefaultEventFreshDuration). What it holds
+    is what was resolved during the tick, not the findings on record."""
+    changes = kube.changes(EVENT, None, version, seconds=1, label_selector=f"{LABEL},{STATE_LABEL}={RESOLVED}")
+    for kind, event in changes.events:
+        found = record_of(event) if kind != "DELETED" else None
+        if found is not None and not found.open:
+            yield found
 
 
 @dataclass
@@ -97,6 +151,8 @@ class Counted:
     firing: int = 0
     resolved: int = 0
     stopped: bool = False
+    corrected: int = 0         # resolved during the tick: posted resolved again, after its firing post
+    uncorrected: bool = False  # the watch for those had expired: none was looked for
 
 
 class Body:

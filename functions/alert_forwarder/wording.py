@@ -173,9 +173,14 @@ def forwarded(plans: Sequence[Plan], sent: Sequence[Alert], below: int, stopped:
     return "; ".join(parts)
 
 
-def refreshed(firing: int, resolved: int, on_record: int, chunks: int, stopped: bool) -> str:
+def refreshed(firing: int, resolved: int, on_record: int, chunks: int, stopped: bool, corrected: int = 0,
+              uncorrected: bool = False) -> str:
     text = (f"{firing} firing and {resolved} resolved alert(s) re-posted from {on_record} finding(s) on record, "
             f"in {chunks} post(s)")
+    if corrected:
+        text += f"; {corrected} resolved during the tick posted resolved again after"
+    if uncorrected:
+        text += "; the findings resolved during the tick could not be looked for (the watch expired)"
     return text + ("; stopped at the tick's budget, the next tick posts them all again" if stopped else "")
 
 

@@ -17,9 +17,10 @@ from shared.kube import Kube
 from shared.ledger import Ledger
 from shared.recorder import Recorder
 from shared.runtime import KubeContext
-from simcluster.alertmanager import Receiver
+from simcluster.alertmanager import Alertmanager, Receiver
 from simcluster.builders.findings import open_findings
 from tests import backends
+from tests.functions.alert_forwarder.test_e2e import alertmanager_binary
 
 SA = "vmevents/alert-forwarder"
 
@@ -88,7 +89,54 @@ def test_firing_wins_over_resolved_under_one_label_set_across_bodies(cluster, am
     assert twins == ["firing"], "the firing one, and not the resolved one after it"
 
 
+def test_a_finding_resolved_while_the_tick_runs_is_not_left_firing(cluster, monkeypatch):
+    """The tick reads the finding open; before it posts it, the finding is resolved and its .resolved notice reaches
+    Alertmanager. The tick's firing post comes after, and Alertmanager holds the later post (docs/facts.md §8): the
+    tick looks for the findings resolved while it ran and posts them resolved again, after."""
+    monkeypatch.setattr(tick, "BUDGET", timedelta(minutes=10))
+    notifications = Receiver().start()
+    am = Alertmanager(alertmanager_binary(), notifications.url).start()
+    try:
+        ctx = context(cluster, am)
+        ledger = Ledger(Kube(cluster.api_client()), "tick-test", reason="TickTest")
+        finding = Finding("tick-test", "late", "/apis/kubevirt.io/v1/namespaces/late1/virtualmachines/vm1", "k",
+                          {"namespace": "late1", "vm": "vm1"}, "critical", "Resolved while a tick runs.")
+        vm = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+              "metadata": {"name": "late1-vm1", "namespace": "default", "uid": "uid-late1"}}
+        opened = ledger.sighted(finding, vm, "add", datetime.now(UTC))
+        assert opened is not None
+        deliver(ctx, opened.reply())
+        real = tick.every_record
+
+        def meanwhile(kube, **kw):
+            for record in real(kube, **kw):
+                if record.finding.category == "late" and record.open:
+                    ended = ledger.resolve(record, "tick", datetime.now(UTC))  # after the tick's snapshot
+                    deliver(ctx, ended.reply())  # Alertmanager ends the alert
+                    assert not firing(am, "late1")
+                yield record  # as the tick read it: open
+
+        monkeypatch.setattr(tick, "every_record", meanwhile)
+        outcome = ping(ctx)
+        assert not firing(am, "late1"), "left resolved, not fired again by the tick's snapshot"
+        assert "1 resolved during the tick posted resolved again" in outcome.reason, outcome.reason
+    finally:
+        am.stop()
+        notifications.stop()
+
+
+def deliver(ctx, reply):
+    return handler.on_event(Incoming(id=reply.id, type=reply.type, source="/test", subject=reply.subject,
+                                     data=reply.data), ctx)
+
+
+def firing(am, namespace):
+    return am.api("alerts", filter=f'namespace="{namespace}"', active="true")
+
+
 def test_a_tick_whose_list_fails_answers_503(monkeypatch):
+    monkeypatch.setattr(tick, "version_now", lambda kube: "1")
+
     def failing(kube, *, cached=False):
         raise TemporaryError("GET /api/v1/events: Kubernetes API unreachable (ConnectionRefusedError)")
         yield  # pragma: no cover - a generator that fails on its first item
