@@ -29,6 +29,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+import orjson
+
 from shared.finding import (
     DETECTED,
     RESOLVED,
@@ -108,7 +110,7 @@ def record_of(event: Mapping[str, Any]) -> Record | None:
     meta = event.get("metadata") or {}
     notes = meta.get("annotations") or {}
     try:
-        finding = Finding.from_data(json.loads(notes[DATA]))
+        finding = Finding.from_data(orjson.loads(notes[DATA]))
         episode = int(notes.get(EPISODE) or 1)
     except (KeyError, ValueError, TypeError):
         return None

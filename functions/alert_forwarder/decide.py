@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import cached_property
 
 from functions.alert_forwarder.categories import CATEGORIES
 from functions.alert_forwarder.receipts import Claim, OnRecord, Position, firing, resolved
@@ -78,8 +79,9 @@ class Alert:
     finding: Received
     kind: Kind
 
-    @property
+    @cached_property
     def fingerprint(self) -> str:
+        """The digest of its labels (the webhook's X-Vmevents-Alert: kept as it was, for receivers that dedupe)."""
         return hashlib.sha256(json.dumps(self.labels, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -40,7 +40,7 @@ from functions.alert_forwarder.receipts import (
     write_claim,
     write_receipts,
 )
-from functions.alert_forwarder.received import Received, on_record
+from functions.alert_forwarder.received import Received, of_record
 from functions.alert_forwarder.settings import ALERTMANAGER, Settings, Target, read_headers, read_token
 from functions.alert_forwarder.transport import ReceiverRefused
 from functions.alert_forwarder.transport import post as _post
@@ -176,8 +176,8 @@ def on_record_of(event: dict[str, Any]) -> OnRecord | None:
     if record is None:
         return None
     notes = (event.get("metadata") or {}).get("annotations") or {}
-    state = "detected" if record.open else RESOLVED
-    finding = on_record(record.finding.data(state), state, record.opened_at, record.resolved_at, record.episode)
+    finding = of_record(record.finding, "detected" if record.open else RESOLVED, record.opened_at,
+                        record.resolved_at, record.episode, (record.namespace, record.name))
     return OnRecord(record.namespace, record.name, record.resource_version, finding, record.episode, record.open,
                     record.opened_at, read_receipts(notes.get(RECEIPTS)), read_claim(notes.get(CLAIM)))
 

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from shared.errors import BadEvent
-from shared.finding import FINDING_LABEL, digest
+from shared.finding import FINDING_LABEL, Finding, digest
 from shared.intake import Incoming
 
 PREFIX = "io.vmevents."
@@ -96,6 +96,16 @@ def on_record(data: Mapping[str, Any], state: str, opened_at: datetime | None,
     found = _finding({**data, "state": state}, _text(data.get("function")), state, _text(data.get("subject")), None)
     return replace(found, opened_at=opened_at or found.opened_at, resolved_at=resolved_at or found.resolved_at,
                    episode=episode or found.episode, record=where or found.record)
+
+
+def of_record(finding: Finding, state: str, opened_at: datetime | None, resolved_at: datetime | None,
+              episode: int, where: tuple[str, str]) -> Received:
+    """`on_record` from the finding the ledger already read (shared/ledger.py Record.finding), without writing it
+    out and reading it back: a tick does this for every finding on record."""
+    return Received(function=finding.function, category=finding.category, state=state, subject=finding.subject,
+                    identity={k: v for k, v in finding.labels.items() if v}, severity=finding.severity.strip() or None,
+                    summary=finding.summary.strip(), advice=tuple(finding.advice), details=finding.details,
+                    key=finding.key, opened_at=opened_at, resolved_at=resolved_at, episode=episode, record=where)
 
 
 def _episode(value: Any) -> int | None:

@@ -36,7 +36,7 @@ import orjson
 from functions.alert_forwarder import wording
 from functions.alert_forwarder.decide import DROP, NO_ALERTMANAGER, Alert, Facts, Verdict, decide
 from functions.alert_forwarder.delivery import post_alertmanager
-from functions.alert_forwarder.received import Received, on_record
+from functions.alert_forwarder.received import Received, of_record
 from functions.alert_forwarder.settings import ALERTMANAGER, Settings, Target
 from shared import rescan
 from shared.errors import TemporaryError, VmeventsError, longest_retry_after
@@ -84,9 +84,8 @@ def refresh(ctx: KubeContext[Settings]) -> Outcome:
 
 
 def _received(record: Record) -> Received:
-    state = "detected" if record.open else RESOLVED
-    return on_record(record.finding.data(state), state, record.opened_at, record.resolved_at, record.episode,
-                     (record.namespace, record.name))
+    return of_record(record.finding, "detected" if record.open else RESOLVED, record.opened_at, record.resolved_at,
+                     record.episode, (record.namespace, record.name))
 
 
 def _post_page(page: list[Received], body: Body, seen: Seen, fired: Seen, counted: Counted,

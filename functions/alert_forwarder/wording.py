@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from functions.alert_forwarder import decide as d
 from functions.alert_forwarder.decide import Alert, Plan, Verdict
 from functions.alert_forwarder.received import Received
@@ -57,7 +59,10 @@ def _plain(value: Any) -> str:
         return ""
     if isinstance(value, (str, int, float, bool)):
         return str(value)
-    return json.dumps(value, sort_keys=True, default=str, separators=(",", ":"))
+    try:
+        return orjson.dumps(value, default=str, option=orjson.OPT_SORT_KEYS).decode()
+    except TypeError:  # a key that is not a string: json's way
+        return json.dumps(value, sort_keys=True, default=str, separators=(",", ":"))
 
 
 def identity(labels: Mapping[str, str]) -> str:
