@@ -215,12 +215,19 @@ class Alertmanager:
         """Every alert Alertmanager holds (active or not yet expired) whose labels include `labels`."""
         return [a for a in self.api("alerts") if all(a["labels"].get(k) == v for k, v in labels.items())]
 
-    def unresolved(self) -> int:
-        """How many unresolved alerts it holds, from its metrics (listing 50,000 alerts takes longer than counting):
-        `alertmanager_alerts` counts them by their state in its pipeline: active, suppressed, or not yet through it
-        (unprocessed) (provider/mem/mem.go)."""
-        lines = requests.get(f"{self.url}/metrics", timeout=30).text.splitlines()
-        return int(sum(float(line.split()[-1]) for line in lines if line.startswith("alertmanager_alerts{")))
+    def unresolved(self, timeout: float = 60.0) -> int:
+        """How many unresolved alerts it holds, from its metrics (listing 50,000 alerts takes longer than counting),
+        once none is waiting for its dispatcher: `alertmanager_alerts` counts them by state (active, suppressed,
+        unprocessed), each state over a listing of its own (provider/mem/mem.go `count`), so while alerts pass from
+        unprocessed to active the sum counts some twice."""
+        deadline = time.monotonic() + timeout
+        while True:
+            gauges = {line.split('"')[1]: float(line.split()[-1])
+                      for line in requests.get(f"{self.url}/metrics", timeout=30).text.splitlines()
+                      if line.startswith("alertmanager_alerts{")}
+            if not gauges.get("unprocessed") or time.monotonic() > deadline:
+                return int(sum(gauges.values()))
+            time.sleep(0.2)
 
     def version(self) -> str:
         return self.api("status")["versionInfo"]["version"]

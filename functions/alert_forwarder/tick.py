@@ -8,8 +8,8 @@ page while this one is decided, and another posts the last full body while the n
 tick holds three pages of records and two bodies, whatever the number of findings: 50,000 open findings cost the
 memory 500 do, and their time is the slowest of the three, not their sum (docs/alert-forwarder.md, "How it
 scales"). No new page is decided once the tick has used its budget (shared/rescan.py's: below the Trigger's delivery
-timeout, so the tick answers before the broker gives up on it and sends another); what a tick does not reach, the
-next one posts, from the start of the list.
+timeout, so the tick answers before the broker gives up on it and sends another); the next tick starts from the
+beginning of the list again (docs/alert-forwarder.md, "How it scales", says when that leaves some alerts to lapse).
 
 The pages are one snapshot, taken when the tick begins: a finding resolved while it runs may be posted firing after
 its `.resolved` notice reached Alertmanager, which holds the later post. So the tick ends by watching, from where it

@@ -186,7 +186,7 @@ def refreshed(firing: int, resolved: int, on_record: int, chunks: int, stopped: 
         text += f"; {corrected} resolved during the tick posted resolved again after"
     if uncorrected:
         text += "; the findings resolved during the tick could not be looked for (the watch expired)"
-    return text + ("; stopped at the tick's budget, the next tick posts them all again" if stopped else "")
+    return text + ("; stopped at the tick's budget before the end of the list" if stopped else "")
 
 
 def busy(plan: Plan) -> str:
