@@ -29,8 +29,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-import orjson
-
 from shared.finding import (
     DETECTED,
     RESOLVED,
@@ -87,13 +85,9 @@ class Record:
         return self.state == OPEN
 
     def life(self) -> dict[str, Any]:
-        """Its life as a notice carries it, with `record`, where it is kept (`<namespace>/<Event name>`): a
-        consumer reads the state on record there (alert-forwarder: an episode ended since is not announced
-        firing) and keeps what it needs about the finding beside it (docs/findings.md)."""
-        return {"episode": self.episode, "count": self.count,
+        return {"episode": self.episode, "count": self.count, "record": f"{self.namespace}/{self.name}",
                 "openedAt": stamp(self.opened_at) if self.opened_at else None,
-                "resolvedAt": stamp(self.resolved_at) if self.resolved_at else None,
-                "record": f"{self.namespace}/{self.name}"}
+                "resolvedAt": stamp(self.resolved_at) if self.resolved_at else None}
 
 
 def _parse(text: str | None) -> datetime | None:
@@ -110,7 +104,7 @@ def record_of(event: Mapping[str, Any]) -> Record | None:
     meta = event.get("metadata") or {}
     notes = meta.get("annotations") or {}
     try:
-        finding = Finding.from_data(orjson.loads(notes[DATA]))
+        finding = Finding.from_data(json.loads(notes[DATA]))
         episode = int(notes.get(EPISODE) or 1)
     except (KeyError, ValueError, TypeError):
         return None
@@ -123,10 +117,8 @@ def record_of(event: Mapping[str, Any]) -> Record | None:
 
 
 def every_record(kube: Kube, *, cached: bool = False) -> Iterator[Record]:
-    """Every function's findings on record, open and resolved, page by page: what alert-forwarder keeps
-    Alertmanager in step with. Read from etcd, `limit` at a time: the watch cache (`cached`) answers a LIST
-    whole, whatever its `limit`, up to kube-apiserver 1.33 (shared/kube.py `_pages`), and 50,000 findings in
-    one response would not fit in alert-forwarder's memory."""
+    """Every function's findings on record, open and resolved, page by page (from etcd: the watch cache answers a
+    LIST whole up to 1.33, docs/facts.md §8): what alert-forwarder keeps Alertmanager in step with."""
     for event in kube.list(EVENT, None, label_selector=LABEL, cached=cached):
         found = record_of(event)
         if found is not None:
