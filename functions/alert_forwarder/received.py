@@ -19,6 +19,7 @@ from shared.intake import Incoming
 
 PREFIX = "io.vmevents."
 STATES = ("detected", "resolved", "reported")
+MAX_DEPTH = 64  # a finding's data nests a few levels (details of details); JSON encoders recurse
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,9 @@ def findings(event: Incoming) -> list[Received]:
     if not isinstance(event.data, Mapping):
         raise BadEvent(f"event {event.id} ({event.type}) has no JSON object as data; a finding's data is "
                        f"a JSON object")
+    if _deeper_than(event.data, MAX_DEPTH):
+        raise BadEvent(f"event {event.id} ({event.type}): data nested deeper than {MAX_DEPTH} levels; a finding's "
+                       f"data is a few levels deep (docs/findings.md)")
     function, _, what = event.type[len(PREFIX):].partition(".")
     items = event.data.get("findings")
     if items is None:
@@ -106,6 +110,19 @@ def of_record(finding: Finding, state: str, opened_at: datetime | None, resolved
                     identity={k: v for k, v in finding.labels.items() if v}, severity=finding.severity.strip() or None,
                     summary=finding.summary.strip(), advice=tuple(finding.advice), details=finding.details,
                     key=finding.key, opened_at=opened_at, resolved_at=resolved_at, episode=episode, record=where)
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether JSON values nest deeper than `limit` (no recursion: what is checked may be nested thousands deep, and
+    the alert's words and the webhook's payload are made of it)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
 
 
 def _episode(value: Any) -> int | None:

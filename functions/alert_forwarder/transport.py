@@ -15,6 +15,7 @@ link-local metadata endpoint (169.254.169.254). Such a redirect is a refusal (50
 """
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections.abc import Collection, Mapping
@@ -71,7 +72,7 @@ def post(name: str, url: str, body: Any, headers: Mapping[str, str], verify: boo
     secrets = [part for value in headers.values() for part in (value, value.partition(" ")[2]) if part]
     secrets += url_secrets(url)
     sent = {"Content-Type": "application/json", **headers}
-    data = body if isinstance(body, bytes) else orjson.dumps(body)
+    data = body if isinstance(body, bytes) else encoded(body)
     client = session()
     import requests  # imported by session()
 
@@ -100,6 +101,15 @@ def post(name: str, url: str, body: Any, headers: Mapping[str, str], verify: boo
         return [TemporaryError(wording.answered(name, redact(url), response.status_code, said),
                                retry_after=parse_retry_after(response.headers.get("Retry-After")))]
     return [ReceiverRefused(wording.refused(name, redact(url), response.status_code, said))]
+
+
+def encoded(body: Any) -> bytes:
+    """JSON: orjson's, or json's for what orjson refuses (nesting deeper than 254, as a reply's data may carry into
+    the webhook payload; a key that is not a string), as requests' own `json=` did."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:
+        return json.dumps(body, default=str).encode()
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:

@@ -190,7 +190,10 @@ def test_a_summary_becomes_one_alert_per_finding_it_carries():
     ("com.example.other", {}, "unsupported event type"),
     ("io.vmevents.vmi-cleanup.scanned", {"findings": "x"}, "must be a list of objects"),
     ("io.vmevents.migration-report.scanned", {"findings": [1]}, "must be a list of objects"),
-], ids=["list", "no-data", "string", "foreign-type", "summary-not-a-list", "summary-item-not-an-object"])
+    ("io.vmevents.device-conflict.detected", {"details": __import__("functools").reduce(
+        lambda inner, _: {"k": [inner]}, range(200), {})}, "data nested deeper than 64 levels"),
+], ids=["list", "no-data", "string", "foreign-type", "summary-not-a-list", "summary-item-not-an-object",
+        "nested-too-deep"])
 def test_what_is_not_a_finding_is_refused(type_, data, fragment):
     with pytest.raises(BadEvent, match=re.escape(fragment)):
         findings(incoming(type_, data))
