@@ -2,7 +2,7 @@
 PYTHON ?= python3
 STAMP := .run/installed
 
-.PHONY: install run cluster cluster-down test lint typecheck check bench clean image lock deploy undeploy e2e fuzz generate
+.PHONY: install run cluster cluster-down test test-fast lint typecheck check bench clean image lock deploy undeploy e2e fuzz generate
 
 # Install on a real cluster (README "Install on Harvester"). IMAGE must match deploy/base/kustomization.yaml
 # `images` (tests/deploy/test_deploy.py checks the default); OVERLAY is one of deploy/overlays/.
@@ -36,6 +36,14 @@ cluster-down: $(STAMP)
 test: $(STAMP)
 	@$(PYTHON) -m controlplane prepare
 	$(PYTHON) -m tests.run
+
+# The fast lane, for every change: decisions, units and the simulator's end-to-end suites at the default KubeVirt
+# version (1.3.1); no binary, no Go. The tests mostly wait, so pytest-xdist runs them in FAST_JOBS processes; a
+# module whose tests share a world runs in one of them (tests/conftest.py). `make test` runs everything, as CI does.
+FAST_JOBS ?= 6
+test-fast: $(STAMP)
+	VMEVENTS_FUZZ=quick $(PYTHON) -m pytest -q -p no:cacheprovider -m "not real and not built and not other_kubevirt" \
+	  --ignore=tests/bench -n $(FAST_JOBS) --dist loadscope $(ARGS)
 
 # The fuzz suite (tests/fuzz/, part of `make test`) with ten times as many requests per function; prints the tally.
 fuzz: $(STAMP)

@@ -34,6 +34,7 @@ class Component:
     binaries: tuple[str, ...]
     ldflags: str = "-s -w"  # {version} becomes the module's version
     folder: str = ""   # the wrapper module's folder when it is not `name` (one folder per pinned version)
+    cgo: bool = False  # links C (libvirt, <linux/kvm.h>): built with CGO_ENABLED=1 and the machine's gcc
 
     @property
     def directory(self) -> Path:
@@ -59,6 +60,9 @@ def _kube_ldflags(version: str) -> str:
 
 KUBE = Component("kube", "k8s.io/kubernetes", ("./cmd/kube-apiserver", "./cmd/kube-controller-manager"),
                  ("kube-apiserver", "kube-controller-manager"))
+# The real node's Kubernetes parts (controlplane/node.py), from the same wrapper module: they share its build cache.
+KUBE_NODE = Component("kube-node", "k8s.io/kubernetes", ("./cmd/kubelet", "./cmd/kube-scheduler", "./cmd/kube-proxy"),
+                      ("kubelet", "kube-scheduler", "kube-proxy"), folder="kube")
 ETCD = Component("etcd", "go.etcd.io/etcd/server/v3", (".",), ("etcd",))
 # Knative Eventing's commands (the binary is named after the package's last element): the sources' adapters,
 # the core controller and webhook, the MT channel-based broker and the in-memory channel (docs/control-plane.md).
@@ -85,10 +89,36 @@ def _kubevirt(version: str) -> Component:
 
 KUBEVIRT_VERSIONS = ("v1.8.3", "v1.3.0", "v1.1.1")   # the newest first
 KUBEVIRT = {version: _kubevirt(version) for version in KUBEVIRT_VERSIONS}
+# The real node's KubeVirt (controlplane/kubevirt_node.py), at the version Harvester 1.4 ships the minor of: the rest of
+# virt-operator's install beside virt-controller, from the same wrapper module. virt-handler links C (<linux/kvm.h>, for
+# the node labeller's KVM capabilities) and virt-launcher libvirt's Go binding (against Debian's libvirt-dev), so this
+# component is built with cgo; Go's build cache keys every package by that setting, so one build with cgo for all of
+# them compiles KubeVirt's dependencies once more, not twice (a first try that built the pure-Go ones without cgo, to
+# share virt-controller's cache, then compiled everything again for these two).
+KUBEVIRT_NODE_VERSION = "v1.3.0"
+_KUBEVIRT_STAMP = "-s -w -X kubevirt.io/client-go/version.gitVersion={version} " \
+                  "-X kubevirt.io/client-go/version.gitTreeState=clean"
+_KUBEVIRT_NODE_COMMANDS = ("virt-api", "virt-operator", "virt-handler", "virt-launcher", "virt-chroot", "virt-freezer",
+                           "virt-launcher-monitor", "virt-probe", "virt-tail")
+KUBEVIRT_NODE = Component(
+    "kubevirt-node", "kubevirt.io/kubevirt",
+    (*(f"kubevirt.io/kubevirt/cmd/{c}" for c in _KUBEVIRT_NODE_COMMANDS),
+     "./kubevirt-manifests"),  # its `operator` command: the release's kubevirt-operator.yaml (virt-controller's copy
+                               # of the command is cached from before it had one)
+    (*_KUBEVIRT_NODE_COMMANDS, "kubevirt-manifests"),
+    ldflags=_KUBEVIRT_STAMP, folder=f"kubevirt-{KUBEVIRT_NODE_VERSION}", cgo=True)
+# What the real node's lane needs (tests marked `realnode`), built after ALL's others.
+NODE_COMPONENTS = (KUBE_NODE, KUBEVIRT_NODE)
 # The order the builds run in, two at a time, and the tests that need them follow it (tests/conftest.py): most
 # real-backend tests need kube, etcd, Knative's adapter and the default world's virt-controller (1.3.1 → v1.3.0),
 # so those come first; Knative Serving's webhook and helm serve a few modules; the other KubeVirt versions last.
 ALL = (KUBE, ETCD, KNATIVE, KUBEVIRT["v1.3.0"], SERVING, HELM, KUBEVIRT["v1.8.3"], KUBEVIRT["v1.1.1"])
+
+
+def everything() -> tuple[Component, ...]:
+    """What `python -m controlplane build` (and so the background build before the tests) builds: the real node's
+    lane's components after all the others."""
+    return (*ALL, *NODE_COMPONENTS)
 
 
 def cache_root() -> Path:
@@ -115,8 +145,8 @@ def built(component: Component) -> bool:
 _background: list[subprocess.Popen] = []  # held, not waited for: the build outlives a short caller
 
 
-def all_built() -> bool:
-    return all(built(c) for c in ALL)
+def all_built(components: tuple[Component, ...] | None = None) -> bool:
+    return all(built(c) for c in (everything() if components is None else components))
 
 
 def background_log() -> Path:
@@ -193,9 +223,10 @@ def ensure(component: Component, say=lambda text: None) -> Path:
         partial = target.with_name(target.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir()
-        ldflags = (_kube_ldflags(component.version) if component is KUBE
+        ldflags = (_kube_ldflags(component.version) if component.module == KUBE.module
                    else component.ldflags.format(version=component.version))
-        env = dict(os.environ, CGO_ENABLED="0", GOTOOLCHAIN="local", GOFLAGS="-mod=readonly")
+        env = dict(os.environ, CGO_ENABLED="1" if component.cgo else "0", GOTOOLCHAIN="local",
+                   GOFLAGS="-mod=readonly")
         log = target.parent / f"{component.name}-{component.version}.build.log"
         say(f"building {component.name} {component.version} with {go} (a cold build takes minutes; log: {log})")
         started = time.monotonic()
@@ -219,19 +250,21 @@ def ensure(component: Component, say=lambda text: None) -> Path:
 JOBS = 2  # builds side by side (VMEVENTS_BUILD_JOBS overrides)
 
 
-def ensure_all(say=lambda text: None, jobs: int | None = None) -> dict[str, Path]:
-    """Every component, `jobs` builds at a time in ALL's order. Go compiles one package per core, but loading
-    the packages, a package with no sibling ready and the link are one thread each: a second build beside the
-    first keeps both cores busy. The first failure is raised once the builds under way have ended."""
+def ensure_all(say=lambda text: None, jobs: int | None = None,
+               components: tuple[Component, ...] | None = None) -> dict[str, Path]:
+    """Every component (of ALL, unless told), `jobs` builds at a time in that order. Go compiles one package per core,
+    but loading the packages, a package with no sibling ready and the link are one thread each: a second build beside
+    the first keeps both cores busy. The first failure is raised once the builds under way have ended."""
     jobs = jobs or int(os.environ.get("VMEVENTS_BUILD_JOBS") or JOBS)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {binary_dir(c).name: pool.submit(ensure, c, say) for c in ALL}
+        futures = {binary_dir(c).name: pool.submit(ensure, c, say) for c in (ALL if components is None else components)}
     return {name: future.result() for name, future in futures.items()}
 
 
 def main() -> int:
     try:
-        for name, path in ensure_all(say=lambda text: print(text, file=sys.stderr, flush=True)).items():
+        for name, path in ensure_all(say=lambda text: print(text, file=sys.stderr, flush=True),
+                                     components=everything()).items():
             print(f"{name}: {path}")
     except BuildError as exc:
         print(f"controlplane: {exc}", file=sys.stderr)

@@ -73,9 +73,17 @@ class RealCluster:
     backend = "real"
 
     def __init__(self, plane: ControlPlane, kubevirt_version: str = "1.3.1", kubevirt_namespace: str = "kubevirt",
-                 overlay: str = "default", virt_controller: bool = True, fault_proxy: bool = True):
-        """virt_controller: run KubeVirt's virt-controller (the default); off, nothing acts on VMs and VMIs."""
+                 overlay: str = "default", virt_controller: bool = True, fault_proxy: bool = True,
+                 real_node: bool = False):
+        """virt_controller: run KubeVirt's virt-controller (the default); off, nothing acts on VMs and VMIs.
+        real_node: the plane has a real node with KubeVirt installed by virt-operator (controlplane/kubevirt_node.py):
+        KubeVirt's CRDs, its CR and every KubeVirt component are the operator's, so this leaves them alone (no
+        virt-controller of its own, nothing of the `kubevirt` namespace reset, the Node kept), and `vm_start` asks
+        virt-api."""
         self.plane = plane
+        self.real_node = real_node
+        if real_node:
+            virt_controller = False
         self.runs_virt_controller = virt_controller
         self.fault_proxy = fault_proxy
         self.proxy: FaultProxy | None = None
@@ -94,10 +102,15 @@ class RealCluster:
 
     # -- life --------------------------------------------------------------------------------------------
 
-    def start(self) -> RealCluster:
+    def connect(self) -> RealCluster:
+        """Only the admin's client: the typed methods work, nothing is installed or reset (start() does both)."""
         from kubernetes import config
 
         self._admin = config.new_client_from_config(config_file=str(self.plane.admin_kubeconfig))
+        return self
+
+    def start(self) -> RealCluster:
+        self.connect()
         if self.fault_proxy:
             pki = self.plane.pki
             self.proxy = FaultProxy(self.plane.url, pki.ca_cert, pki.server_cert, pki.server_key).start()
@@ -111,7 +124,8 @@ class RealCluster:
         for namespace in dict.fromkeys(("default", self.kubevirt_namespace, "vmevents")):
             self.ensure({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
         self.apply_deploy()
-        self._seed_kubevirt()
+        if not self.real_node:
+            self._seed_kubevirt()
         if self.runs_virt_controller:
             virt_controller.ensure_running(self, self.kubevirt_version)
         else:
@@ -149,11 +163,16 @@ class RealCluster:
 
     def install_crds(self, timeout: float = 60.0) -> None:
         """Create or replace every CRD, then wait until each is Established (the API server serves it)."""
-        if self.runs_virt_controller:  # virt-operator's own CRDs: virt-controller's informers need all of them
+        if self.real_node:  # virt-operator installed KubeVirt's
+            kubevirt = []
+        elif self.runs_virt_controller:  # virt-operator's own CRDs: virt-controller's informers need all of them
             kubevirt = virt_controller.crds(virt_controller.controller_version(self.kubevirt_version))
         else:
             kubevirt = crds.kubevirt_crds(self.kubevirt_version)
-        wanted = kubevirt + crds.manifest_crds()
+        wanted = kubevirt + crds.manifest_crds() + ([] if self.runs_virt_controller else crds.cdi_crds())
+        if self.runs_virt_controller:  # CDI's CRD turns on virt-controller's DataVolume integration (crds.cdi_crds)
+            for crd in crds.cdi_crds():
+                self._drop_crd(crd["metadata"]["name"])
         for crd in wanted:
             self._put_crd(crd)
         deadline = time.monotonic() + timeout
@@ -167,6 +186,17 @@ class RealCluster:
                 if time.monotonic() > deadline:
                     raise RealClusterError(f"CRD {name} was not Established in {timeout:.0f}s: {conditions}")
                 time.sleep(0.1)
+
+    def _drop_crd(self, name: str) -> None:
+        path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+        if self._request("GET", path, allow=(404,)) is None:
+            return
+        self._request("DELETE", path, allow=(404,))
+        deadline = time.monotonic() + 60
+        while self._request("GET", path, allow=(404,)) is not None:
+            if time.monotonic() > deadline:
+                raise RealClusterError(f"CRD {name} was not deleted in 60 s")
+            time.sleep(0.1)
 
     def _put_crd(self, crd: dict) -> None:
         """Create or replace one CRD, unless it is already exactly this one (its digest annotation says so):
@@ -200,7 +230,8 @@ class RealCluster:
         let KubeVirt release them), every
         Event, and every namespace that is not a system one. One control plane then serves a whole test
         session, each world starting from the same empty state."""
-        kinds = sorted((rt for rt in RESOURCES if rt.kind not in KEEP_KINDS and self._served(rt)),
+        keep = KEEP_KINDS | ({"Node"} if self.real_node else set())
+        kinds = sorted((rt for rt in RESOURCES if rt.kind not in keep and self._served(rt)),
                        key=lambda rt: RESET_FIRST.index(rt.kind) if rt.kind in RESET_FIRST else len(RESET_FIRST))
         for rt in kinds:
             self._purge(rt)
@@ -233,6 +264,8 @@ class RealCluster:
         # ConfigMaps: only ours (the control plane's own, e.g. in kube-system, stay).
         query = [("labelSelector", "app.kubernetes.io/part-of=vmevents")] if rt.kind in OURS_ONLY else None
         found = self._request("GET", self._rt_path(rt, None), query=query)["items"]
+        if self.real_node:  # KubeVirt's own pods, revisions and config, from virt-operator
+            found = [o for o in found if o["metadata"].get("namespace") != self.kubevirt_namespace]
         for obj in found:
             meta = obj["metadata"]
             path = self._rt_path(rt, meta.get("namespace"), meta["name"])
@@ -348,10 +381,14 @@ class RealCluster:
     # -- KubeVirt's subresource API -----------------------------------------------------------------------
 
     def vm_start(self, namespace: str, name: str) -> None:
-        """What virt-api does for `virtctl start` (no virt-api runs here): the same patch of the VM's spec
-        or status that the simulator's subresource computes (simcluster.apiserver._start_patch)."""
+        """What virt-api does for `virtctl start`: on a real node, virt-api itself (its `start` subresource through
+        the aggregation layer); elsewhere no virt-api runs, and this applies the same patch of the VM's spec or status
+        that the simulator's subresource computes (simcluster.apiserver._start_patch)."""
         from simcluster.apiserver import _start_patch
 
+        if self.real_node:
+            self.vm_subresource(namespace, name, "start")
+            return
         vm = self.get("kubevirt.io/v1", "VirtualMachine", namespace, name)
         if vm is None:
             raise RealClusterError(f'virtualmachine.kubevirt.io "{name}" not found')
@@ -360,6 +397,16 @@ class RealCluster:
         self.patch("kubevirt.io/v1", "VirtualMachine", namespace, name, operations, patch_type="json",
                    subresource="status" if target == "status" else None)
 
+    def vm_subresource(self, namespace: str, name: str, action: str, body: dict | None = None) -> None:
+        """PUT virt-api's `start`, `stop` or `restart` subresource of a VM (subresources.kubevirt.io, served by
+        virt-api through kube-apiserver's aggregation layer: a real node only), as `virtctl start|stop|restart`."""
+        if not self.real_node:
+            raise RealClusterError("no virt-api runs without a real node (RealCluster(real_node=True))")
+        path = f"/apis/subresources.kubevirt.io/v1/namespaces/{namespace}/virtualmachines/{name}/{action}"
+        # Accept as client-go's REST client sends it (kubecli): virt-api's routes declare no representation, and
+        # go-restful answers 406 to an Accept of application/json alone.
+        self._request("PUT", path, body or {}, accept="application/json, */*")
+
     # -- direct access (as the admin) --------------------------------------------------------------------
 
     def raw(self, method: str, path: str, body: Any = None, allow: tuple[int, ...] = ()) -> Any:
@@ -367,8 +414,8 @@ class RealCluster:
         return self._request(method, path, body, allow=allow)
 
     def _request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-                 query: list | None = None, allow: tuple[int, ...] = ()) -> Any:
-        headers = {"Accept": "application/json"}
+                 query: list | None = None, allow: tuple[int, ...] = (), accept: str = "application/json") -> Any:
+        headers = {"Accept": accept}
         if body is not None:
             headers["Content-Type"] = content_type
         params = self._admin.param_serialize(method=method, resource_path=path, query_params=query or [],

@@ -188,6 +188,9 @@ class Proxy:
             for sock in self._listeners.values():
                 sock.close()
             self._listeners.clear()
+            self._selector.close()
+            self._wake_r.close()
+            self._wake_w.close()
 
     def _serve(self) -> None:
         while not self._stopped:

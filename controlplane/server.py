@@ -37,6 +37,27 @@ CONTROLLERS = (
     "clusterrole-aggregation-controller",       # admin/edit/view get their aggregated rules
     "resourcequota-controller",                 # a ResourceQuota's status.used: without it, admission refuses
                                                 # every pod a quota covers ("status unknown for quota")
+    "disruption-controller",                    # a PodDisruptionBudget's status: KubeVirt's migration controller
+                                                # creates a target pod only once the PDB it expanded is seen
+                                                # protecting two pods (migration.go isMigrationProtected)
+)
+# With a real node (ControlPlane(node=True), controlplane/node.py) the controllers a node's objects need, besides:
+NODE_CONTROLLERS = (
+    "node-lifecycle-controller",       # the not-ready taint off a Ready node; NotReady (and the unreachable taints)
+                                       # when its kubelet stops posting status
+    "taint-eviction-controller",       # pods on a NotReady node are evicted once their tolerations run out
+    "endpointslice-controller",        # kube-proxy programs Services from EndpointSlices (virt-api's, the API's)
+    "endpoints-controller",
+    "replicaset-controller",           # virt-operator's Deployments (virt-api, virt-controller) and their pods
+    "deployment-controller",
+    "daemonset-controller",            # virt-handler
+    "job-controller",                  # virt-operator's install-strategy dump Job
+    "pod-garbage-collector-controller",     # a deleted node's pods; terminated pods past the threshold
+    "persistentvolume-binder-controller",   # a PVC binds to its PV, or stays Pending with the binder's Event
+    "persistentvolumeclaim-protection-controller",  # a deleted PVC goes once no pod uses it
+    "persistentvolume-protection-controller",
+    "ttl-after-finished-controller",   # a finished Job with a TTL goes
+    "disruption-controller",           # virt-operator's PodDisruptionBudgets
 )
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 AUDIT_POLICY = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy",
@@ -58,15 +79,25 @@ class ControlPlane:
     controller_manager: bool = True
     # Tests: the processes get SIGKILL when the process that started them dies (a killed CI run leaves none).
     die_with_parent: bool = False
+    # A real node joins (controlplane/node.py): kube-scheduler runs; kube-apiserver allows privileged pods, reaches
+    # the node's network (kubelet, webhooks, aggregated APIs) through the egress proxy on a unix socket, advertises
+    # the node-side address its forwarder listens on, and proxies aggregated APIs with a front-proxy certificate;
+    # kube-controller-manager runs NODE_CONTROLLERS too.
+    node: bool = False
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     argv: dict[str, list[str]] = field(default_factory=dict)  # how each process was started, to start it again
 
     def start(self, timeout: float = 120.0, say=lambda text: None) -> ControlPlane:
         binaries = {**{b: build.ensure(build.KUBE, say) / b for b in build.KUBE.binaries},
                     "etcd": build.ensure(build.ETCD, say) / "etcd"}
+        if self.node:
+            binaries["kube-scheduler"] = build.ensure(build.KUBE_NODE, say) / "kube-scheduler"
         self.workdir = Path(self.workdir or tempfile.mkdtemp(prefix="vmevents-controlplane-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.pki = pki.make(self.workdir / "pki")
+        if self.node:
+            self.front_proxy = pki.front_proxy(self.workdir / "pki")
+            self.egress_socket = self.workdir / "egress.sock"  # controlplane/node.py listens here
         self.port = free_port()
         self.url = f"https://127.0.0.1:{self.port}"
         self.audit_log = self.workdir / "audit.log"
@@ -78,6 +109,8 @@ class ControlPlane:
             self._wait_ready(started + timeout)
             if self.controller_manager:
                 self._start_controller_manager(binaries["kube-controller-manager"])
+            if self.node:
+                self._start_scheduler(binaries["kube-scheduler"])
         except BaseException:
             self.stop()
             raise
@@ -120,16 +153,56 @@ class ControlPlane:
             f"--service-account-key-file={p.sa_public}", f"--service-account-signing-key-file={p.sa_private}",
             "--service-cluster-ip-range=10.0.0.0/24", "--endpoint-reconciler-type=none",
             f"--event-ttl={self.event_ttl}",
-            "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,ValidatingAdmissionPolicy,ResourceQuota",
+            # With a node, NodeRestriction too: a kubelet writes only its own Node and its pods (as kubeadm has it).
+            "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,ValidatingAdmissionPolicy,ResourceQuota"
+            + (",NodeRestriction" if self.node else ""),
             f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}", "--audit-log-format=json",
             "--audit-log-maxsize=1024", "--audit-log-mode=blocking",
             f"--cert-dir={self.workdir / 'certs'}", "--profiling=false", "--v=0",
+            *self._node_apiserver_flags(),
+        ])
+
+    def _node_apiserver_flags(self) -> list[str]:
+        """What kube-apiserver needs beside a real node (controlplane/node.py): docs/control-plane.md, "The real
+        node"."""
+        if not self.node:
+            return []
+        egress = self.workdir / "egress-selector.yaml"
+        egress.write_text(yaml.safe_dump({
+            "apiVersion": "apiserver.k8s.io/v1beta1", "kind": "EgressSelectorConfiguration",
+            "egressSelections": [{"name": "cluster", "connection": {
+                "proxyProtocol": "HTTPConnect", "transport": {"uds": {"udsName": str(self.egress_socket)}}}}]}))
+        kubelet_cert, kubelet_key = pki.client(self.pki, "apiserver-kubelet-client", "kube-apiserver-kubelet-client",
+                                               "system:masters")
+        front = self.front_proxy
+        return [
+            "--allow-privileged=true",             # virt-handler (and node-labeller) run privileged
+            f"--egress-selector-config-file={egress}",
+            f"--advertise-address={pki.NODE_IP}", "--endpoint-reconciler-type=lease",
+            f"--kubelet-client-certificate={kubelet_cert}", f"--kubelet-client-key={kubelet_key}",
+            # The node's address, not its name (no DNS here; kubeadm sets the same list with InternalIP first).
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--requestheader-client-ca-file={front.ca_cert}", f"--requestheader-allowed-names={front.client_name}",
+            "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={front.client_cert}", f"--proxy-client-key-file={front.client_key}",
+        ]
+
+    def _start_scheduler(self, binary: Path) -> None:
+        cert, key = pki.client(self.pki, "kube-scheduler", "system:kube-scheduler")
+        kubeconfig = self.write_kubeconfig("kube-scheduler", {"client-certificate": str(cert), "client-key": str(key)})
+        self._spawn("kube-scheduler", [
+            str(binary), f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false", "--bind-address=127.0.0.1",
+            f"--secure-port={free_port()}", f"--cert-dir={self.workdir / 'scheduler-certs'}", "--profiling=false",
+            "--v=0",
         ])
 
     def _start_controller_manager(self, binary: Path) -> None:
         p = self.pki
         self._spawn("kube-controller-manager", [
-            str(binary), f"--kubeconfig={self.admin_kubeconfig}", f"--controllers={','.join(CONTROLLERS)}",
+            str(binary), f"--kubeconfig={self.admin_kubeconfig}",
+            f"--controllers={','.join(CONTROLLERS + (NODE_CONTROLLERS if self.node else ()))}",
             f"--service-account-private-key-file={p.sa_private}", f"--root-ca-file={p.ca_cert}",
             "--leader-elect=false", "--use-service-account-credentials=false", "--bind-address=127.0.0.1",
             f"--secure-port={free_port()}", "--concurrent-gc-syncs=5", "--concurrent-namespace-syncs=5",
@@ -188,7 +261,7 @@ class ControlPlane:
         from controlplane import kubevirt
 
         kubevirt.stop_on(self)  # KubeVirt's virt-controller, when a RealCluster started one here
-        for name in ("kube-controller-manager", "kube-apiserver", "etcd"):
+        for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
             process = self.processes.pop(name, None)
             if process is None or process.poll() is not None:
                 continue
@@ -254,7 +327,7 @@ class ControlPlane:
 
     def state(self) -> dict:
         return {"url": self.url, "workdir": str(self.workdir), "kubeconfig": str(self.admin_kubeconfig),
-                "pids": {n: p.pid for n, p in self.processes.items()}, "event_ttl": self.event_ttl}
+                "pids": {n: p.pid for n, p in self.processes.items()}, "event_ttl": self.event_ttl, "node": self.node}
 
 
 def _die_with_parent() -> None:

@@ -153,11 +153,19 @@ RESOURCES: tuple[ResourceType, ...] = (
     _custom("kubevirt.io", "v1", "virtualmachineinstancemigrations", "VirtualMachineInstanceMigration", True),
     _custom("kubevirt.io", "v1", "kubevirts", "KubeVirt", True),
     _custom("migrations.kubevirt.io", "v1alpha1", "migrationpolicies", "MigrationPolicy", False),
+    # CDI's DataVolume (upstream/cdi/): vm-stuck-report times Provisioning and DataVolumeError from it
+    _custom("cdi.kubevirt.io", "v1beta1", "datavolumes", "DataVolume", True),
     _custom("longhorn.io", "v1beta2", "volumes", "Volume", True),
     _custom("longhorn.io", "v1beta2", "engines", "Engine", True),
     _custom("longhorn.io", "v1beta2", "replicas", "Replica", True),
     _custom("devices.harvesterhci.io", "v1beta1", "pcidevices", "PCIDevice", False),
     _custom("devices.harvesterhci.io", "v1beta1", "vgpudevices", "VGPUDevice", False),  # device-conflict's vGPU names
+    # evacuation-report's facts: Harvester's settings (vm-force-reset-policy, server-version; no status subresource)
+    # and Upgrades (upstream/harvester/v1.7.0), and the attach/detach controller's VolumeAttachments (built-in,
+    # status subresource: pkg/registry/storage/volumeattachment/storage)
+    _custom("harvesterhci.io", "v1beta1", "settings", "Setting", False, status=False),
+    _custom("harvesterhci.io", "v1beta1", "upgrades", "Upgrade", True, status=False),
+    ResourceType("storage.k8s.io", "v1", "volumeattachments", "VolumeAttachment", False, status_subresource=True),
     # The devices an instancetype gives a VM (simcluster/instancetypes.py): KubeVirt's CRDs have no status
     # subresource for them; ControllerRevision is a built-in without status (apps/v1).
     _custom("instancetype.kubevirt.io", "v1beta1", "virtualmachineinstancetypes", "VirtualMachineInstancetype", True,
@@ -186,7 +194,8 @@ def _taint_not_ready(node: dict) -> None:
     """The TaintNodesByCondition admission plugin (on by default): a new Node gets node.kubernetes.io/not-ready
     NoSchedule, which the node lifecycle controller removes once the kubelet reports Ready
     (kubernetes plugin/pkg/admission/nodetaint/admission.go, addNotReadyTaint)."""
-    taints = node.setdefault("spec", {}).setdefault("taints", [])
+    spec = node.setdefault("spec", {})
+    taints = spec["taints"] = spec.get("taints") or []  # a posted null is an empty list to the server
     if not any(t.get("key") == "node.kubernetes.io/not-ready" and t.get("effect") == "NoSchedule" for t in taints):
         taints.append({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"})
 

@@ -65,8 +65,9 @@ def isolated_env(monkeypatch):
 
 
 def needs_binaries(item) -> bool:
-    """The item needs what controlplane/build.py builds: a real-backend row, or a test marked `built`."""
-    return item.get_closest_marker("real") is not None or item.get_closest_marker("built") is not None
+    """The item needs what controlplane/build.py builds: a real-backend row, a test marked `built`, or the real node's
+    lane (`realnode`)."""
+    return any(item.get_closest_marker(mark) is not None for mark in ("real", "built", "realnode"))
 
 
 # A KubeVirt version in a test's id or its module's source: "kubevirt-1.8.3-real", "v1.1.1", "1.3.1".
@@ -93,9 +94,12 @@ def components_for(item) -> tuple:
     was not waited for is waited for inside the test, under the test's timeout."""
     from controlplane import build, kubevirt
 
+    if item.get_closest_marker("realnode") is not None:
+        # The real node's lane (tests/realnode/): every test runs on `make cluster NODE=real`, KubeVirt included.
+        return (build.KUBE, build.ETCD, build.KUBEVIRT[build.KUBEVIRT_NODE_VERSION], *build.NODE_COMPONENTS)
     everything, ensures, versions, broker, helm = _module_needs(str(item.path))
     if everything or (item.get_closest_marker("real") is None and not ensures and not helm):
-        return build.ALL
+        return build.ALL  # every component but the real node's, which only its lane needs
     needed = [build.KUBE, build.ETCD, build.KNATIVE]
     # The default world's version always: a module may name only versions no virt-controller stands for.
     for version in sorted({"1.3.1", *_KUBEVIRT_VERSION.findall(item.nodeid), *versions}):
@@ -110,17 +114,59 @@ def components_for(item) -> tuple:
     return tuple(dict.fromkeys(needed))
 
 
+def pytest_configure(config):
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_WorldScheduling(), "vmevents-world-scheduling")
+
+
+_SHARED = re.compile(r"""scope=["'](class|module|package|session)["']""")
+
+
+@functools.cache
+def world_of(module: str) -> str | None:
+    """What the tests of a module share when they share a fixture wider than one test (an end-to-end world: a
+    cluster, KubeVirt, a broker and function processes): the module, or the folder whose conftest holds a session
+    fixture (the fuzz suite's); None when each test stands alone. Read from the sources, once per module."""
+    path = REPO / module
+    for folder in path.parents:
+        if folder == REPO / "tests" or REPO / "tests" not in folder.parents:
+            break
+        conftest = folder / "conftest.py"
+        if conftest.is_file() and _SHARED.search(conftest.read_text()):
+            return str(folder.relative_to(REPO))
+    return module if path.is_file() and _SHARED.search(path.read_text()) else None
+
+
+class _WorldScheduling:
+    """`make test-fast` (pytest-xdist, `--dist loadscope`): the tests that share a world run in one process, so it
+    is built once (`world_of`); every other test goes to whichever process is free. xdist's own `loadgroup` cannot
+    do it with pytest 9, which no longer reads a node id that xdist rewrites."""
+
+    def pytest_xdist_make_scheduler(self, config, log):
+        if config.getoption("dist") != "loadscope":
+            return None
+        from xdist.scheduler import LoadScopeScheduling
+
+        class Scheduling(LoadScopeScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                return world_of(nodeid.split("::", 1)[0]) or nodeid
+
+        return Scheduling(config, log)
+
+
 @pytest.hookimpl(trylast=True)  # after pytest's own grouping of items by their higher-scoped parameters
 def pytest_collection_modifyitems(config, items):
     """A test marked `sim_only` (it needs what a real kube-apiserver cannot be made to do, and says why; faults
     are not such a thing: controlplane/faultproxy.py injects them there) runs on the simulator backend only: its
-    real-backend rows are deselected, and counted. The tests that need the control plane's binaries run after
-    all the others, so a cold build (`make test` starts it in the background) runs beside the tests that need
+    real-backend rows are deselected, and counted. A test marked `one_kubevirt` (its decisions do not depend on
+    KubeVirt's version) runs in its module's default-version world only: its `other_kubevirt` rows are deselected
+    too (docs/control-plane.md, "Which rows each suite runs"). The tests that need the control plane's binaries run
+    after all the others, so a cold build (`make test` starts it in the background) runs beside the tests that need
     none; among them, a module whose binaries are built sooner (build.ALL's order) runs sooner, each module's
     items together and in pytest's order."""
     from controlplane import build
 
-    early, late, dropped = [], [], []
+    early, late, dropped, repeated = [], [], [], []
     for item in items:  # the real backend's parameters carry the `real` mark (tests/backends.py)
         real_row = item.get_closest_marker("real") is not None
         if real_row and item.get_closest_marker("timeout") is None:
@@ -130,14 +176,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.timeout(REAL_TIMEOUT))
         if real_row and item.get_closest_marker("sim_only"):
             dropped.append(item)
+        elif item.get_closest_marker("one_kubevirt") and item.get_closest_marker("other_kubevirt"):
+            repeated.append(item)  # its decisions do not depend on KubeVirt's version: the default's row is enough
         else:
             (late if needs_binaries(item) else early).append(item)
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
+    if dropped or repeated:
+        config.hook.pytest_deselected(items=dropped + repeated)
     modules: dict[str, list] = {}
     for item in late:
         modules.setdefault(str(item.path), []).append(item)
-    rank = {component: i for i, component in enumerate(build.ALL)}
+    rank = {component: i for i, component in enumerate(build.everything())}
     ready = {path: max(rank[c] for part in group for c in components_for(part)) for path, group in modules.items()}
     items[:] = early + [item for path in sorted(modules, key=ready.__getitem__) for item in modules[path]]
 

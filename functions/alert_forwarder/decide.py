@@ -90,7 +90,7 @@ def to_alert(finding: Received, settings: Settings, now: datetime) -> Alert:
     finding's alone). A detected finding's alert ends ALERT_VALID_FOR from now: every tick re-posts it while its
     record is open (refresh), as Prometheus re-sends an active alert. A resolved one ended at its resolution, put
     ALERT_CLOCK_SKEW earlier: of two posts Alertmanager keeps the later end unless the newer one has ended *by its
-    own clock* (docs/facts.md §9), so an end in its future, for a clock behind ours, would leave the alert firing.
+    own clock* (docs/facts.md §11), so an end in its future, for a clock behind ours, would leave the alert firing.
     A reported one (no episode) lasts ALERT_TTL."""
     kind = kind_of(finding)
     labels = {"alertname": kind.alertname, "severity": severity_of(finding, kind),
@@ -231,7 +231,7 @@ def _plan(finding: Received, record: OnRecord | None, read: bool, settings: Sett
             alerts = (to_alert(replace(finding, state="detected"), settings, now),) if owed else ()
             sends.append(Send(target, (*alerts, to_alert(finding, settings, now)),
                               (firing(episode), resolved(episode)) if owed else (resolved(episode),)))
-    # A firing notice of an episode that ended is never sent firing (docs/facts.md §9: Alertmanager would take its
+    # A firing notice of an episode that ended is never sent firing (docs/facts.md §11: Alertmanager would take its
     # later end for a new one and fire again, and a webhook would end on FIRING); Alertmanager still gets the record.
     ended = finding.state == "detected" and record.position != firing(episode)
     if not sends:

@@ -16,7 +16,7 @@ its `.resolved` notice reached Alertmanager, which holds the later post. So the 
 began, the findings that came to be resolved, and posts those it posted firing resolved again (`_correct`).
 
 Firing wins over resolved under one label set across the whole tick, as `one_per_labels` has it within a body
-(Alertmanager takes the later post of two: docs/facts.md §9): a resolved alert whose labels a firing one of this
+(Alertmanager takes the later post of two: docs/facts.md §11): a resolved alert whose labels a firing one of this
 tick may have had is not posted. "May": the firing alerts posted so far are remembered in a Bloom filter of fixed
 size, so a resolved one is at worst left out by mistake (about 1 in 400 at 50,000 firing findings), and then ends
 at its last post's end. A resolved one posted before a firing one with its labels is overtaken by it.
@@ -106,7 +106,7 @@ def _post_page(page: list[Received], body: Body, seen: Seen, fired: Seen, counte
 
 def _correct(since: str, body: Body, fired: Seen, counted: Counted, ctx: KubeContext[Settings]) -> None:
     """The findings resolved while this tick ran, which it may have posted firing from its snapshot after their
-    .resolved notice was posted (Alertmanager holds the later post: docs/facts.md §9): posted resolved again, after.
+    .resolved notice was posted (Alertmanager holds the later post: docs/facts.md §11): posted resolved again, after.
     Only those this tick posted firing (`fired`, by their Event): a resolved twin of a firing finding stays
     unposted, as in the pass."""
     try:

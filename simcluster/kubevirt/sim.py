@@ -321,10 +321,18 @@ class KubeVirtSim(VMController, VMILifecycle, Scheduler, NodeAgent, Migrations, 
 
     def _resync_loop(self) -> None:
         while not self._stop.is_set():
-            self._resync_now.wait(timeout=self.resync_period)
+            asked = self._resync_now.wait(timeout=self.resync_period)
             self._resync_now.clear()
             if self._stop.is_set():
                 return
+            with self._cond:
+                now = time.monotonic()
+                behind = any(due <= now for due in self._due.values())
+            if behind and not asked:
+                # The worker has not caught up with the keys already due (a loaded machine, many VMs): enqueueing
+                # every key again each period would keep the queue from ever draining and wait_idle from ever
+                # returning. The next period tries again; a resync asked for (devices freed) runs regardless.
+                continue
             try:
                 self._enqueue_all()
             except Exception as exc:  # noqa: BLE001 - the next resync tries again

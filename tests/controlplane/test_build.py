@@ -51,6 +51,7 @@ def fake_go(tmp_path, monkeypatch):
         (modules / name / "go.mod").write_text(f"module x\n\nrequire example.com/{name} v1.0.0\n")
         components.append(build.Component(name, f"example.com/{name}", (f"./cmd/{name}",), (name,)))
     monkeypatch.setattr(build, "ALL", tuple(components))
+    monkeypatch.setattr(build, "NODE_COMPONENTS", ())
     # These tests build fakes in a cache of their own: not what the guard of unmarked tests is for.
     monkeypatch.setattr(build, "guard", None)
     return tmp_path / "go.log"

@@ -285,7 +285,7 @@ def test_every_service_account_with_a_role_is_checked_for_exact_rbac():
     for module in (REPO / "tests").rglob("test_*.py"):
         text = module.read_text()
         constants = dict(re.findall(r'^(\w+)\s*=\s*"([\w-]+/[\w-]+)"', text, re.M))
-        for arg in re.findall(r"assert_exact_rbac\([^,]+,\s*([^)\s]+)\s*\)", text):
+        for arg in re.findall(r"assert_exact_rbac\([^,]+,\s*([^,)\s]+)\s*[,)]", text):
             checked.add(constants.get(arg, arg.strip("\"'")))
     unchecked = bound - sources - checked
     assert not unchecked, (f"ServiceAccounts with roles that no e2e module checks with assert_exact_rbac: "

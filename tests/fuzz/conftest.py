@@ -2,7 +2,8 @@
 function served by functions-framework with its own ServiceAccount's credentials, and the tally of answers.
 
 Bounded for `make test` (FUZZ_EXAMPLES requests per function and strategy); `make fuzz` sets
-VMEVENTS_FUZZ=long, the hypothesis profile that draws ten times as many. The tally (requests tried and
+VMEVENTS_FUZZ=long, the hypothesis profile that draws ten times as many, and `make test-fast` VMEVENTS_FUZZ=quick,
+a fifth as many. The tally (requests tried and
 answers by status, per function) is printed at the end of the run and written to .run/fuzz-tally.json.
 """
 from __future__ import annotations
@@ -22,7 +23,10 @@ settings.register_profile("vmevents-fuzz", max_examples=FUZZ_EXAMPLES, deadline=
                           suppress_health_check=list(HealthCheck), print_blob=True)
 settings.register_profile("vmevents-fuzz-long", max_examples=FUZZ_EXAMPLES * 10, deadline=None, database=None,
                           suppress_health_check=list(HealthCheck), print_blob=True)
-PROFILE = "vmevents-fuzz-long" if os.environ.get("VMEVENTS_FUZZ") == "long" else "vmevents-fuzz"
+settings.register_profile("vmevents-fuzz-quick", max_examples=FUZZ_EXAMPLES // 5, deadline=None, database=None,
+                          suppress_health_check=list(HealthCheck), print_blob=True)
+PROFILE = {"long": "vmevents-fuzz-long", "quick": "vmevents-fuzz-quick"}.get(os.environ.get("VMEVENTS_FUZZ", ""),
+                                                                            "vmevents-fuzz")
 
 # function -> family -> status -> count
 TALLY: dict[str, dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))

@@ -173,7 +173,9 @@ def test_any_kubeconfig_problem_is_one_line_naming_the_file(monkeypatch, tmp_pat
     with pytest.raises(RuntimeError) as caught:
         connect()
     message = str(caught.value)
-    assert "\n" not in message and f"KUBECONFIG={path}" in message and cause in message and len(message) < 400
+    # Short but for the path, which is the test's (longer under pytest-xdist: .../popen-gw5/...), not the message's
+    assert "\n" not in message and f"KUBECONFIG={path}" in message and cause in message \
+        and len(message.replace(str(path), "")) < 400
 
 
 def test_a_usable_kubeconfig_connects(monkeypatch, tmp_path):

@@ -133,6 +133,13 @@ def test_guest_power_off(world, strategy):
         # The VM controller lets go of a final VMI (its finalizer goes), the VMI controller keeps its own
         # while the launcher pod (Completed) is there.
         assert "kubevirt.io/virtualMachineControllerFinalize" not in (vmi["metadata"].get("finalizers") or [])
+        # Every container of its launcher pod ended Completed, not compute alone (KubeVirt's pod also runs
+        # guest-console-log): what the real node writes (docs/facts.md §9), `0/N Completed` in kubectl.
+        (pod,) = world.launcher_pods(vmi)
+        assert pod["status"]["phase"] == "Succeeded"
+        ended = {c["name"]: (c["state"].get("terminated") or {}).get("reason")
+                 for c in pod["status"]["containerStatuses"]}
+        assert ended == {c["name"]: "Completed" for c in pod["spec"]["containers"]}
 
 
 @pytest.mark.parametrize("strategy", ["Always", "RerunOnFailure", "Manual", "Once"])

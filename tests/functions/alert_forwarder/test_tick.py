@@ -91,7 +91,7 @@ def test_firing_wins_over_resolved_under_one_label_set_across_bodies(cluster, am
 
 def test_a_finding_resolved_while_the_tick_runs_is_not_left_firing(cluster, monkeypatch):
     """The tick reads the finding open; before it posts it, the finding is resolved and its .resolved notice reaches
-    Alertmanager. The tick's firing post comes after, and Alertmanager holds the later post (docs/facts.md §9): the
+    Alertmanager. The tick's firing post comes after, and Alertmanager holds the later post (docs/facts.md §11): the
     tick looks for the findings resolved while it ran and posts them resolved again, after."""
     monkeypatch.setattr(tick, "BUDGET", timedelta(minutes=10))
     notifications = Receiver().start()

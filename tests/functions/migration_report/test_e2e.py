@@ -249,6 +249,7 @@ def test_a_success_near_its_timeout_is_reported_and_one_well_inside_is_not(world
     assert not world.events(vmi2) and not world.replies(fine["metadata"]["uid"])
 
 
+@pytest.mark.one_kubevirt
 def test_a_missed_event_is_caught_by_the_next_tick(world):
     vm, vmi = world.guest(guest="2Gi")
     world.cluster.faults.add(method="GET", path=r"/virtualmachineinstancemigrations/mig", service_account=FUNCTION_SA,
@@ -264,6 +265,7 @@ def test_a_missed_event_is_caught_by_the_next_tick(world):
     world.reported(vmi, vm, vmim)
 
 
+@pytest.mark.one_kubevirt
 def test_a_report_that_could_not_be_recorded_is_retried_and_made_once(world):
     vm, vmi = world.guest(guest="2Gi")
     world.cluster.faults.add(method="POST", path=r"/namespaces/default/events$", service_account=FUNCTION_SA,
@@ -277,6 +279,7 @@ def test_a_report_that_could_not_be_recorded_is_retried_and_made_once(world):
     assert len(world.replies(vmim["metadata"]["uid"])) == 1
 
 
+@pytest.mark.one_kubevirt
 def test_a_finding_event_lost_before_its_end_is_reported_again_once(world):
     """As if the finding's Event had expired (--event-ttl) while the function was down: the re-scan reports the
     migration again — one extra notice, as docs/findings.md says — and no more. Runs on both backends."""
@@ -296,8 +299,10 @@ def test_a_finding_event_lost_before_its_end_is_reported_again_once(world):
 
 
 def test_the_function_needs_nothing_beyond_its_shipped_rbac(world):
-    """Last in this module: by now every path has run. Exactly the shipped permissions were used."""
+    """Last in this module: by now every path has run. No request was denied, in any world; exactly the shipped
+    permissions were used in the default version's, where every test ran (`one_kubevirt` ones too)."""
     world.settle()
     denied = [r for r in world.cluster.requests if r.service_account == FUNCTION_SA and not r.allowed]
     assert not denied, denied
-    assert_exact_rbac(world.cluster.requests, FUNCTION_SA)
+    if world.version == e2e.DEFAULT_KUBEVIRT:
+        assert_exact_rbac(world.cluster.requests, FUNCTION_SA)

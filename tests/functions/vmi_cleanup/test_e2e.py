@@ -165,8 +165,11 @@ def test_rerun_on_failure_on_old_kubevirt_is_halted_not_restarted(old_world):
     eventually(lambda: w.vm_obj(name)["spec"]["runStrategy"] == "Halted", what="VM halted")
     eventually(lambda: w.vmi(name) is None, what="VMI removed")
     assert_not_restarted(w, name, uid)
-    replies = [r for r in w.replies("cleaned") if r["vmi"] == f"default/{name}"]
-    assert replies and replies[0]["action"] == "halted-vm" and replies[0]["previousRunStrategy"] == "RerunOnFailure"
+    # Under load a second delivery can find the VM Halted and the VMI still there, and delete it (its reply may be
+    # published first): the halt is what this row is about, in whatever order the replies came.
+    eventually(lambda: [r for r in w.replies("cleaned") if r["vmi"] == f"default/{name}"
+                        and r["action"] == "halted-vm" and r["previousRunStrategy"] == "RerunOnFailure"],
+               what="the reply that the VM was halted")
 
 
 def test_rerun_on_failure_on_new_kubevirt_is_left_to_kubevirt(new_world):
@@ -188,6 +191,7 @@ def test_always_vm_is_left_to_kubevirt_which_restarts_it(world):
     assert not world.events(name)
 
 
+@pytest.mark.one_kubevirt
 def test_opted_out_vm_keeps_its_vmi_through_ticks(world):
     name = world.vm("Once", annotations={"vmevents.io/skip-cleanup": "true"})
     uid = world.power_off(name)
@@ -198,6 +202,7 @@ def test_opted_out_vm_keeps_its_vmi_through_ticks(world):
     assert world.vm_obj(name)["spec"]["runStrategy"] == "Once"
 
 
+@pytest.mark.one_kubevirt
 def test_typo_in_the_opt_out_never_deletes_and_warns(world):
     name = world.vm("Manual", annotations={"vmevents.io/skip-cleanup": "ture"})
     world.start_manual(name)
@@ -209,6 +214,7 @@ def test_typo_in_the_opt_out_never_deletes_and_warns(world):
     assert world.vmi(name)["metadata"]["uid"] == uid
 
 
+@pytest.mark.one_kubevirt
 def test_standalone_vmi_is_deleted(world):
     name = f"standalone{next(_names)}"
     world.cluster.create({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
@@ -219,6 +225,7 @@ def test_standalone_vmi_is_deleted(world):
 
 
 # -- never on the word of a payload ---------------------------------------------------------------
+@pytest.mark.one_kubevirt
 def test_a_forged_succeeded_event_for_a_running_vmi_changes_nothing(world):
     name = world.vm("Manual")
     world.start_manual(name)
@@ -234,6 +241,7 @@ def test_a_forged_succeeded_event_for_a_running_vmi_changes_nothing(world):
     assert not deletes[before:] or all(r.name != name for r in deletes)
 
 
+@pytest.mark.one_kubevirt
 def test_duplicate_and_out_of_order_events_converge(world):
     name = world.vm("Manual")
     world.start_manual(name)
@@ -252,6 +260,7 @@ def test_duplicate_and_out_of_order_events_converge(world):
     assert len(cleaned) == 1 and cleaned[0]["count"] == 1
 
 
+@pytest.mark.one_kubevirt
 @pytest.mark.parametrize("fault", [{"status": 503}, {"status": 429, "retry_after": 1}],
                          ids=["api-503", "api-429"])
 def test_api_failures_answer_5xx_and_a_redelivery_finishes_the_job(world, fault):
@@ -270,6 +279,7 @@ def test_api_failures_answer_5xx_and_a_redelivery_finishes_the_job(world, fault)
     assert any(s is not None and s >= 500 for s in statuses), statuses
 
 
+@pytest.mark.one_kubevirt
 def test_a_delete_whose_answer_is_lost_is_still_announced_once(world):
     """The DELETE reaches the API server and is applied, but its answer is cut off (an API server restarting): the
     function re-reads, finds this very VMI gone, and reports the cleanup; a redelivery would find nothing to say."""
@@ -294,6 +304,7 @@ def one_world(world):
     return world
 
 
+@pytest.mark.one_kubevirt
 @pytest.mark.timeout(300)
 def test_a_delete_applied_after_its_delivery_gave_up_is_announced_once_by_whoever_comes_next(one_world):
     """Issue 34: every DELETE of the VMI is held and never answered, and every re-read of it hangs (kube-apiserver
@@ -352,6 +363,7 @@ def test_a_delete_applied_after_its_delivery_gave_up_is_announced_once_by_whoeve
     assert first[0]["duration_ms"] < 30_000
 
 
+@pytest.mark.one_kubevirt
 def test_a_missed_event_is_caught_by_the_next_tick(world):
     name = world.vm("Manual")
     world.start_manual(name)
@@ -370,6 +382,7 @@ def test_a_missed_event_is_caught_by_the_next_tick(world):
     assert fault is not None
 
 
+@pytest.mark.one_kubevirt
 def test_the_delay_works_with_no_timer_in_memory(world):
     name = world.vm("Manual", annotations={"vmevents.io/cleanup-after": "1h"})
     world.start_manual(name)
@@ -382,6 +395,7 @@ def test_the_delay_works_with_no_timer_in_memory(world):
     eventually(lambda: world.vmi(name) is None, what="VMI deleted once due")
 
 
+@pytest.mark.one_kubevirt
 def test_a_dry_run_tick_reads_back_what_its_events_reported(world):
     """The dry-run overlay's re-scan (functions/vmi_cleanup/memory.py; tests/functions/vmi_cleanup/
     test_dry_run_tick.py has its rows), run in-process with the function's ServiceAccount and a clock two hours
@@ -402,8 +416,10 @@ def test_a_dry_run_tick_reads_back_what_its_events_reported(world):
 
 
 def test_the_function_needs_nothing_beyond_its_shipped_rbac(world):
-    """Last in this module: by now every path has run. Exactly the shipped permissions were used."""
+    """Last in this module: by now every path has run. No request was denied, in any world; exactly the shipped
+    permissions were used in the default version's, where every test ran (`one_kubevirt` ones too)."""
     world.settle()
     denied = [r for r in world.cluster.requests if r.service_account in (FUNCTION_SA, SOURCE_SA) and not r.allowed]
     assert not denied, denied
-    assert_exact_rbac(world.cluster.requests, FUNCTION_SA)
+    if world.cluster.kubevirt_version == e2e.DEFAULT_KUBEVIRT:
+        assert_exact_rbac(world.cluster.requests, FUNCTION_SA)
