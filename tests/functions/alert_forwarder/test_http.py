@@ -149,9 +149,10 @@ def test_the_benchmark_runs_at_a_tiny_size(tmp_path):
 
 @pytest.mark.parametrize("depth", [130, 500])
 def test_a_finding_nested_absurdly_deep_is_a_400_and_nothing_is_sent(app_with, receiver, depth):
-    """JSON encoders recurse: data nested 1,000 deep (within what orjson decodes, 1,024) made the alert's description (and the webhook payload,
-    which carries the finding) fail with a 500, and the broker retried it; the fuzz suite found 130 levels of
-    {"k": [...]} failing the same way once orjson encoded it (it stops at 254). A finding is a few levels deep."""
+    """JSON encoders recurse: data nested 1,000 deep (within what orjson decodes, 1,024) made the alert's
+    description (and the webhook payload, which carries the finding) fail with a 500, and the broker retried it; the
+    fuzz suite found 130 levels of {"k": [...]} failing the same way once orjson encoded it (it stops at 254). A
+    finding is a few levels deep."""
     client = app_with(WEBHOOK_URL=f"{receiver.url}/hook")
     nested = b'{"k":[' * depth + b'"bottom"' + b']}' * depth  # written out: json.dumps cannot build it either
     body = json.dumps(b.device_conflict(deep="DEEP")).encode().replace(b'"DEEP"', nested)
