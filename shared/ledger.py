@@ -82,7 +82,7 @@ class Record:
         return self.state == OPEN
 
     def life(self) -> dict[str, Any]:
-        return {"episode": self.episode, "count": self.count,
+        return {"episode": self.episode, "count": self.count, "record": f"{self.namespace}/{self.name}",
                 "openedAt": stamp(self.opened_at) if self.opened_at else None,
                 "resolvedAt": stamp(self.resolved_at) if self.resolved_at else None}
 
@@ -113,9 +113,9 @@ def record_of(event: Mapping[str, Any]) -> Record | None:
                   event.get("involvedObject") or {})
 
 
-def every_record(kube: Kube, *, cached: bool = True) -> Iterator[Record]:
-    """Every function's findings on record, open and resolved, page by page: what alert-forwarder keeps
-    Alertmanager in step with. `cached`: from the API server's watch cache (a tick later is soon enough)."""
+def every_record(kube: Kube, *, cached: bool = False) -> Iterator[Record]:
+    """Every function's findings on record, open and resolved, page by page (from etcd: the watch cache answers a
+    LIST whole up to 1.33, docs/facts.md §8): what alert-forwarder keeps Alertmanager in step with."""
     for event in kube.list(EVENT, None, label_selector=LABEL, cached=cached):
         found = record_of(event)
         if found is not None:
