@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bench import naive
-from bench.population import Plan, populate
+from bench.population import MAINTAINED, Plan, populate
 from shared import intake
-from shared.kinds import EVENT, VM, VMI, VMIM, Kind
+from shared.kinds import EVENT, NODE, VM, VMI, VMIM, Kind
 from shared.kube import Kube
 from shared.recorder import Recorder
 from shared.runtime import KubeContext, Outcome, utcnow
@@ -106,6 +106,10 @@ FUNCTIONS = (
     # vm-00000 names a host device (i % 20 == 0): its update is one device-conflict looks at.
     Function("device-conflict", "device_conflict", {}, naive.device_conflict, _vm_named(0),
              naive.device_conflict_event),
+    # harvester-node-7 is in Harvester's maintenance mode (population.py MAINTAINED), its VMs still on it: every
+    # tick converges it (its VMIs by label, their migrations' rows, the KubeVirt CR), as during any maintenance.
+    Function("evacuation-report", "evacuation_report", {}, naive.evacuation_report,
+             lambda plan: (NODE, None, MAINTAINED)),
 )
 
 
@@ -171,8 +175,9 @@ def _event(kind: Kind, obj: dict, operation: str = "update") -> intake.Incoming:
     meta = obj["metadata"]
     headers = {"Content-Type": "application/json", "ce-specversion": "1.0", "ce-id": str(uuid.uuid4()),
                "ce-type": f"dev.knative.apiserver.resource.{operation}", "ce-source": "https://10.43.0.1:443",
-               "ce-subject": kind.path(meta["namespace"], meta["name"]), "ce-kind": obj["kind"],
-               "ce-apiversion": obj["apiVersion"], "ce-name": meta["name"], "ce-namespace": meta["namespace"]}
+               "ce-subject": kind.path(meta.get("namespace"), meta["name"]), "ce-kind": obj["kind"],
+               "ce-apiversion": obj["apiVersion"], "ce-name": meta["name"],
+               **({"ce-namespace": meta["namespace"]} if meta.get("namespace") else {})}
     return intake.parse(headers, json.dumps(obj).encode())
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,6 +103,46 @@ def _info_finding() -> tuple[dict[str, str], bytes]:
     return binary("io.vmevents.vmi-cleanup.cleaned", b.cleaned())
 
 
+def _ready_node() -> tuple[dict[str, str], bytes]:
+    """A Ready, schedulable Harvester node's status update, as its kubelet posts them (the heartbeat conditions,
+    images, addresses): what evacuation-report is sent most, and answers without decoding."""
+    when = "2026-12-01T10:00:00Z"
+    node = {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "harvester-node-3", "uid": "5f0c2d7e-8a1b-4c3d-9e2f-1a2b3c4d5e6f",
+                         "resourceVersion": "4100317", "creationTimestamp": "2026-11-01T08:00:00Z",
+                         "labels": {"kubernetes.io/hostname": "harvester-node-3", "kubernetes.io/os": "linux",
+                                    "node-role.kubernetes.io/control-plane": "true", "kubevirt.io/schedulable": "true",
+                                    "harvesterhci.io/managed": "true"},
+                         "annotations": {"kubevirt.io/heartbeat": when, "node.alpha.kubernetes.io/ttl": "0",
+                                         "volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
+            "spec": {"podCIDR": "10.52.3.0/24", "providerID": "rke2://harvester-node-3"},
+            "status": {
+                "addresses": [{"type": "InternalIP", "address": "192.168.10.13"},
+                              {"type": "Hostname", "address": "harvester-node-3"}],
+                "allocatable": {"cpu": "62", "memory": "503Gi", "pods": "200", "devices.kubevirt.io/kvm": "1k"},
+                "capacity": {"cpu": "64", "memory": "512Gi", "pods": "200", "devices.kubevirt.io/kvm": "1k"},
+                "conditions": [{"type": t, "status": "False", "reason": r, "message": m, "lastHeartbeatTime": when,
+                                "lastTransitionTime": "2026-11-01T08:01:00Z"}
+                               for t, r, m in (("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has "
+                                                "sufficient memory available"),
+                                               ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk "
+                                                "pressure"),
+                                               ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID "
+                                                "available"))]
+                + [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                    "message": "kubelet is posting ready status", "lastHeartbeatTime": when,
+                    "lastTransitionTime": "2026-11-01T08:01:00Z"}],
+                "nodeInfo": {"kubeletVersion": "v1.33.4+rke2r1", "osImage": "Harvester v1.6.1",
+                             "containerRuntimeVersion": "containerd://2.0.5-k3s1", "architecture": "amd64"},
+                "images": [{"names": [f"registry.suse.com/suse/sles/15.6/virt-launcher:1.5.{i}"],
+                            "sizeBytes": 400000000 + i} for i in range(8)]}}
+    headers = {"Content-Type": "application/json", "ce-specversion": "1.0", "ce-id": str(uuid.uuid4()),
+               "ce-type": "dev.knative.apiserver.resource.update", "ce-source": "https://10.43.0.1:443",
+               "ce-subject": "/api/v1/nodes/harvester-node-3", "ce-kind": "Node", "ce-apiversion": "v1",
+               "ce-name": "harvester-node-3"}
+    return headers, json.dumps(node, separators=(",", ":")).encode()
+
+
 def _case(function: str, event: Callable[[], tuple[dict[str, str], bytes]], **options: Any) -> Case:
     """The case of a declared function (catalog.FUNCTIONS): its FUNCTION_SOURCE is its package's main.py."""
     return Case(function, f"functions/{declared(function).package}/main.py", event, **options)
@@ -116,6 +157,7 @@ IRRELEVANT: dict[str, Case] = {case.function: case for case in (
     _case("migration-report", _running_vmim),
     _case("io-pause-report", _running_vmi),
     _case("vm-stuck-report", _plain_vm),
+    _case("evacuation-report", _ready_node),
     _case("alert-forwarder", _info_finding, settings={"WEBHOOK_URL": "http://127.0.0.1:9/hook"}, verdict="drop"),
 )}
 

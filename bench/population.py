@@ -25,6 +25,10 @@ from simcluster.builders.io_pause import kubevirt_event
 from simcluster.kubevirt.vm_controller import vmi_from_vm
 
 NAMESPACES = 10
+NODES = 50
+# One node in Harvester's maintenance mode with its VMs still on it (evacuation-report's candidate): cordoned,
+# maintain-status running (docs/facts.md §10).
+MAINTAINED = "harvester-node-7"
 
 
 def stamp(when: datetime) -> str:
@@ -116,6 +120,19 @@ def _vmi(plan: Plan, i: int, vm: dict) -> dict:
     return vmi
 
 
+def _node(name: str, now: datetime) -> dict:
+    """A Harvester node as its kubelet registers it (Ready); MAINTAINED as Harvester's maintenance leaves it."""
+    resources = {"cpu": "64", "memory": "512Gi", "pods": "250", "ephemeral-storage": "500Gi"}
+    maintained = name == MAINTAINED
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubevirt.io/schedulable": "true"},
+                         "annotations": {"harvesterhci.io/maintain-status": "running"} if maintained else {}},
+            "spec": {"unschedulable": True} if maintained else {},
+            "status": {"capacity": resources, "allocatable": resources, "conditions": [
+                {"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": stamp(now),
+                 "lastTransitionTime": stamp(now)}]}}
+
+
 def _vmim(plan: Plan, i: int) -> dict:
     """A migration of vm-i: most Succeeded days ago (outside any report window), a few Failed just now."""
     recent = i % 400 == 0
@@ -149,6 +166,8 @@ def populate(kube: Kube, plan: Plan, *, start: int = 0, workers: int = 16,
         for ns in sorted({plan.namespace(i) for i in range(min(plan.vms, NAMESPACES))}):
             kube.request("POST", "/api/v1/namespaces",
                          body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        for k in range(NODES):
+            kube.request("POST", "/api/v1/nodes", body=_node(f"harvester-node-{k}", plan.now))
 
     def one(i: int) -> None:
         vm = _vm(plan, i)

@@ -21,6 +21,7 @@ FUNCTIONS = (
     "migration_report",
     "io_pause_report",
     "vm_stuck_report",
+    "evacuation_report",
     "alert_forwarder",
     "dead_letter",
 )

@@ -20,7 +20,7 @@ DASHBOARDS_NAMESPACE = "cattle-dashboards"  # rancher-monitoring's grafana.sidec
 SCRAPE_INTERVAL = "15s"  # under queue-proxy's 30 s drain, so a pod scaled away is scraped after its last event
 FINDING_WINDOW = "3m"    # an open finding's last value is kept this long across a gap between pods
 # The labels a finding's alert carries: the metric's, as alert-forwarder's alert for the same finding has them.
-FINDING_BY = "function, category, severity, namespace, vm, finding"
+FINDING_BY = "function, category, severity, namespace, vm, finding, node"
 
 
 @dataclass(frozen=True)
@@ -53,17 +53,34 @@ def finding_rules(functions: tuple[Function, ...]) -> list[Rule]:
             continue  # reported findings (vmi-cleanup's) have no open state: alert-forwarder forwards them
         for alert in function.alerts:
             categories = "|".join(alert.categories)
+            about, ask = _about(function)
             rules.append(Rule(
                 alert.name,
                 f'max by ({FINDING_BY}) (last_over_time(vmevents_finding_open{{function="{function.name}", '
                 f'category=~"{categories}"}}[{FINDING_WINDOW}]))', "==", "1", None,
-                f"{{{{ $labels.category }}}} on {{{{ $labels.namespace }}}}/{{{{ $labels.vm }}}} ({function.name})",
-                f"vmevents' {function.name} holds an open {{{{ $labels.category }}}} finding about VM "
-                f"{{{{ $labels.namespace }}}}/{{{{ $labels.vm }}}}. Its cause, evidence and next step: "
-                f"`vmevents explain {{{{ $labels.namespace }}}}/{{{{ $labels.vm }}}}`, or "
-                f"`kubectl -n {{{{ $labels.namespace }}}} get events -l vmevents.io/finding={function.name}`.",
+                f"{{{{ $labels.category }}}} on {about} ({function.name})",
+                f"vmevents' {function.name} holds an open {{{{ $labels.category }}}} finding about {about}. {ask}"
+                f"`kubectl get events {'-A' if _of_node(function) else '-n {{ $labels.namespace }}'} "
+                f"-l vmevents.io/finding={function.name}`.",
                 alert.runbook))
     return rules
+
+
+NODE = "the Node"  # a function's Identity.subject when its findings are about a Node (evacuation-report's)
+
+
+def _of_node(function: Function) -> bool:
+    return function.identity is not None and function.identity.subject == NODE
+
+
+def _about(function: Function) -> tuple[str, str]:
+    """What a finding's alert is about, in its labels' words, and where to read more."""
+    if _of_node(function):
+        return ("node {{ $labels.node }}",
+                "Each VM on it, what will happen to it and the next step: `vmevents explain <namespace>/<vm>` for "
+                "one of them, or ")
+    return ("VM {{ $labels.namespace }}/{{ $labels.vm }}",
+            "Its cause, evidence and next step: `vmevents explain {{ $labels.namespace }}/{{ $labels.vm }}`, or ")
 
 
 SELF_RULES = (
@@ -121,7 +138,8 @@ PANELS = (
     Panel("Open findings", "max by (function, category, severity) (vmevents_findings_open)",
           "{{function}} {{category}} ({{severity}})", description="From the findings' Events, read by each re-scan."),
     Panel("Open findings, one row each", f"max by ({FINDING_BY}) (vmevents_finding_open) == 1", "", "table",
-          description="Each open finding's VM: ask `vmevents explain <namespace>/<vm>` why."),
+          description="Each open finding's VM (or node: evacuation-report's): ask `vmevents explain "
+                      "<namespace>/<vm>` why."),
     Panel("Findings opened and resolved (1h)",
           "sum by (function, category) (increase(vmevents_findings_opened_total[1h])) "
           "or -sum by (function, category) (increase(vmevents_findings_resolved_total[1h]))",

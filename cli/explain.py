@@ -21,7 +21,7 @@ from shared.recorder import Recorder
 from shared.runtime import KubeContext
 
 FUNCTIONS = ("vmi-cleanup", "device-conflict", "io-pause-report", "migration-report", "vm-stuck-report",
-             "alert-forwarder")
+             "evacuation-report", "alert-forwarder")
 KSVC_PATH = "/apis/serving.knative.dev/v1/namespaces/{namespace}/services/{name}"
 
 

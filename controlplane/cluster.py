@@ -169,7 +169,10 @@ class RealCluster:
             kubevirt = virt_controller.crds(virt_controller.controller_version(self.kubevirt_version))
         else:
             kubevirt = crds.kubevirt_crds(self.kubevirt_version)
-        wanted = kubevirt + crds.manifest_crds()
+        wanted = kubevirt + crds.manifest_crds() + ([] if self.runs_virt_controller else crds.cdi_crds())
+        if self.runs_virt_controller:  # CDI's CRD turns on virt-controller's DataVolume integration (crds.cdi_crds)
+            for crd in crds.cdi_crds():
+                self._drop_crd(crd["metadata"]["name"])
         for crd in wanted:
             self._put_crd(crd)
         deadline = time.monotonic() + timeout
@@ -183,6 +186,17 @@ class RealCluster:
                 if time.monotonic() > deadline:
                     raise RealClusterError(f"CRD {name} was not Established in {timeout:.0f}s: {conditions}")
                 time.sleep(0.1)
+
+    def _drop_crd(self, name: str) -> None:
+        path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+        if self._request("GET", path, allow=(404,)) is None:
+            return
+        self._request("DELETE", path, allow=(404,))
+        deadline = time.monotonic() + 60
+        while self._request("GET", path, allow=(404,)) is not None:
+            if time.monotonic() > deadline:
+                raise RealClusterError(f"CRD {name} was not deleted in 60 s")
+            time.sleep(0.1)
 
     def _put_crd(self, crd: dict) -> None:
         """Create or replace one CRD, unless it is already exactly this one (its digest annotation says so):

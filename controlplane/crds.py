@@ -71,10 +71,11 @@ def kubevirt_crds(kubevirt_version: str) -> list[dict]:
 
 
 def manifest_crds() -> list[dict]:
-    """Longhorn, harvester/pcidevices, Multus' NetworkAttachmentDefinition and Knative CRDs, from their vendored
-    manifests."""
+    """Longhorn, harvester/pcidevices, Harvester's Setting and Upgrade, Multus' NetworkAttachmentDefinition and
+    Knative CRDs, from their vendored manifests."""
     root = paths.UPSTREAM_DIR
     files = [root / "longhorn" / "v1.10.0" / "crds.yaml", root / "harvester-pcidevices" / "crds.yaml",
+             root / "harvester" / "v1.7.0" / "settings.crd.yaml", root / "harvester" / "v1.7.0" / "upgrades.crd.yaml",
              root / "multus" / "networks-crd.yaml",
              *sorted((root / "knative-eventing" / "knative-v1.22.2").glob("*.crd.yaml")),
              *sorted((root / "knative-serving" / "knative-v1.22.1").glob("*.crd.yaml"))]
@@ -87,3 +88,16 @@ def manifest_crds() -> list[dict]:
             raise ValueError(f"{path} holds no CustomResourceDefinition")
         crds.extend(found)
     return crds
+
+
+CDI_VERSION = "v1.64.0"  # the CDI API KubeVirt v1.8.3 builds against (its go.mod)
+
+
+def cdi_crds() -> list[dict]:
+    """CDI's DataVolume CRD (upstream/cdi/): a world with no virt-controller writes DataVolumes as CDI would. Not
+    beside a running virt-controller: seeing it, virt-controller turns on its DataVolume integration and waits for
+    CDI's CDI and CDIConfig CRDs too (pkg/virt-controller/watch/application.go, hasCDI)."""
+    path = paths.UPSTREAM_DIR / "cdi" / CDI_VERSION / "datavolume.crd.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: a CRD manifest the control plane installs is missing")
+    return [copy.deepcopy(d) for d in _crd_documents(path) if d.get("kind") == "CustomResourceDefinition"]

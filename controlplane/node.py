@@ -563,21 +563,77 @@ def _die_with_parent() -> None:
 def kill_guest(init_pid: int, namespace: str, name: str) -> int:
     """SIGKILL the QEMU of VMI namespace/name on the node whose PID 1 is `init_pid` (KubeVirt names the domain
     `<namespace>_<name>`): libvirt then reports the domain shut off, crashed. The pid killed."""
-    pidns = os.stat(f"/proc/{init_pid}/ns/pid").st_ino
     domain = f"guest={namespace}_{name}".encode()
+    for pid, argv in _node_processes(init_pid):
+        if argv[0].endswith(b"qemu-system-x86_64") and any(a.startswith(domain) for a in argv):
+            os.kill(pid, signal.SIGKILL)
+            return pid
+    raise NodeError(f"no QEMU of VMI {namespace}/{name} runs on the node")
+
+
+NS_GET_PARENT = 0xB702   # ioctl on a namespace file: its parent's (linux/nsfs.h, _IO(0xb7, 0x2))
+
+
+def _node_processes(init_pid: int):
+    """(pid, argv) of every process of the node: in its PID namespace or one nested in it (each container has its
+    own)."""
+    import fcntl
+
+    node = os.stat(f"/proc/{init_pid}/ns/pid").st_ino
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            if os.stat(entry / "ns" / "pid").st_ino != pidns:
-                continue
             argv = (entry / "cmdline").read_bytes().split(b"\0")
+            fd = os.open(entry / "ns" / "pid", os.O_RDONLY)
         except OSError:
             continue
-        if argv and argv[0].endswith(b"qemu-system-x86_64") and any(a.startswith(domain) for a in argv):
-            os.kill(int(entry.name), signal.SIGKILL)
-            return int(entry.name)
-    raise NodeError(f"no QEMU of VMI {namespace}/{name} runs on the node")
+        inside = False
+        try:
+            while not inside:
+                inside = os.fstat(fd).st_ino == node
+                try:
+                    parent = fcntl.ioctl(fd, NS_GET_PARENT)
+                except OSError:   # the machine's own namespace, or one this process may not see above
+                    break
+                os.close(fd)
+                fd = parent
+        finally:
+            os.close(fd)
+        if inside and argv and argv[0]:
+            yield int(entry.name), argv
+
+
+def launcher_children(init_pid: int, vmi_uid: str) -> list[tuple[str, str]] | None:
+    """The children of the compute container's first process (virt-launcher-monitor, PID 1 of its container) of the
+    VMI with this uid on the node whose PID 1 is `init_pid`, as (name, state letter) pairs: `("virt-launcher", "Z")` is
+    a virt-launcher that has exited and that the monitor never reaped (docs/facts.md §9). None: no such monitor runs.
+    A Go process's children hang off the thread that forked them (or, once reparented, its leader), so every thread's
+    list is read."""
+    wanted = vmi_uid.encode()
+    for pid, argv in _node_processes(init_pid):
+        if not (argv[0].endswith(b"virt-launcher-monitor") and wanted in argv):
+            continue
+        children: list[tuple[str, str]] = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                pids = (task / "children").read_text().split()
+            except OSError:
+                continue
+            for pid in pids:
+                fields = _status(int(pid))
+                if fields:
+                    children.append((fields.get("Name", "?"), fields.get("State", "?")[:1]))
+        return children
+    return None
+
+
+def _status(pid: int) -> dict[str, str]:
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return {}
+    return {key: value.strip() for key, _, value in (line.partition(":") for line in lines)}
 
 
 def _children(pid: int) -> list[int]:

@@ -39,6 +39,8 @@ from localknative.sources import (  # noqa: F401
     self_link,
 )
 
+# libyaml's parser where PyYAML has it: every world loads deploy/.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # Kinds without a namespace (everything else gets the kustomization's `namespace:`).
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
                   "PersistentVolume", "Node", "StorageClass", "PriorityClass"}
@@ -55,7 +57,7 @@ def load_manifests(deploy_dir: str | os.PathLike) -> list[dict]:
         path = base / resource
         if path.is_dir():
             raise ValueError(f"{path}: nested kustomizations are not supported by the local runtime; list files.")
-        for doc in yaml.safe_load_all(path.read_text()):
+        for doc in yaml.load_all(path.read_text(), Loader=_LOADER):
             if not doc:
                 continue
             meta = doc.setdefault("metadata", {})

@@ -48,6 +48,10 @@ PVC = Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims")
 PV = Kind("v1", "PersistentVolume", "persistentvolumes", namespaced=False)
 LONGHORN_VOLUME = Kind("longhorn.io/v1beta2", "Volume", "volumes")
 LONGHORN_ENGINE = Kind("longhorn.io/v1beta2", "Engine", "engines")
+NODE = Kind("v1", "Node", "nodes", namespaced=False)
+VOLUME_ATTACHMENT = Kind("storage.k8s.io/v1", "VolumeAttachment", "volumeattachments", namespaced=False)
+HARVESTER_SETTING = Kind("harvesterhci.io/v1beta1", "Setting", "settings", namespaced=False)
+HARVESTER_UPGRADE = Kind("harvesterhci.io/v1beta1", "Upgrade", "upgrades")
 KINDS = {k.kind: k for k in (VMI, VM, VMIM, KUBEVIRT, MIGRATION_POLICY, POD, EVENT, NAMESPACE, PVC, PV)}
 
 

@@ -13,6 +13,9 @@ from shared import objects as o
 
 FINAL_PHASES = ("Succeeded", "Failed")
 RUN_STRATEGIES = ("Always", "RerunOnFailure", "Manual", "Once", "Halted")
+# On a VMIM KubeVirt's evacuation controller creates for a drained node: that node's name (types.go
+# EvacuationMigrationAnnotation, docs/facts.md §10). evacuation-report speaks for these migrations.
+EVACUATION_MIGRATION = "kubevirt.io/evacuationMigration"
 
 
 def meta(obj: Any) -> dict:

@@ -50,9 +50,6 @@ RESOLVED_BY = "vmevents.io/finding-resolved-by"
 RESOLVED_AT = "vmevents.io/finding-resolved-at"
 WRITTEN_AT = "vmevents.io/finding-written-at"  # the last write of any kind: what --event-ttl counts from
 ATTEMPTS = 8
-# How far apart two functions' clocks may be (stamps are whole seconds): a resolution stamped later than a look,
-# less this, may have come from a look later than it (sighted's `looked`).
-CLOCK_SKEW = timedelta(seconds=2)
 
 
 @dataclass(frozen=True)
@@ -80,7 +77,7 @@ class Record:
         return self.state == OPEN
 
     def life(self) -> dict[str, Any]:
-        return {"episode": self.episode, "count": self.count,
+        return {"episode": self.episode, "count": self.count, "record": f"{self.namespace}/{self.name}",
                 "openedAt": stamp(self.opened_at) if self.opened_at else None,
                 "resolvedAt": stamp(self.resolved_at) if self.resolved_at else None}
 
@@ -111,9 +108,9 @@ def record_of(event: Mapping[str, Any]) -> Record | None:
                   event.get("involvedObject") or {})
 
 
-def every_record(kube: Kube, *, cached: bool = True) -> Iterator[Record]:
-    """Every function's findings on record, open and resolved, page by page: what alert-forwarder keeps
-    Alertmanager in step with. `cached`: from the API server's watch cache (a tick later is soon enough)."""
+def every_record(kube: Kube, *, cached: bool = False) -> Iterator[Record]:
+    """Every function's findings on record, open and resolved, page by page (from etcd: the watch cache answers a
+    LIST whole up to 1.33, docs/facts.md §8): what alert-forwarder keeps Alertmanager in step with."""
     for event in kube.list(EVENT, None, label_selector=LABEL, cached=cached):
         found = record_of(event)
         if found is not None:
@@ -185,17 +182,19 @@ class Ledger:
     # -- transitions ---------------------------------------------------------------------------
     def sighted(self, finding: Finding, recipient: Mapping[str, Any], delivery: str, now: datetime, *,
                 message: str | None = None, count: bool = True, update: bool = False,
-                count_to: int | None = None, looked: datetime | None = None) -> Notice | None:
+                count_to: int | None = None, read: str | None = None) -> Notice | None:
         """The finding is there now. A `detected` notice when this delivery opened its episode (or reopened
         it), or is a redelivery of the one that did; None when it was already open: seen again, its count
         rises (`count=False`, a re-scan's sighting: only renewed when its last write is old, or when
         `update` asks to store the finding's new details). `count_to`: the count is this many sightings (set,
         not raised, and only upwards): deliveries that saw the same sightings at once count them once.
 
-        `looked`: when this delivery read the state it judged the finding there by. An episode resolved since then
-        (within CLOCK_SKEW) may have been resolved on a later look than this one, so it is not reopened: None, and
-        the next re-scan decides again (docs/findings.md, Races). Without it, a delivery slowed between its read
-        and its write (an API server waiting for etcd) reopened what a later tick had just resolved."""
+        `read`: the finding's Event as this delivery read it *before* the state it judged the finding there by: its
+        resourceVersion, or "" when there was none. An episode resolved since (the Event is not that version any
+        more) may have been resolved on a later look than this one, so it is not reopened: None, and the next
+        re-scan decides again (docs/findings.md, Races). Without it, a delivery slowed between its reads and its
+        write (an API server waiting for etcd) reopened what a later tick had just resolved. The versions are the
+        API server's: no clock, no stamp of whole seconds, is compared."""
         namespace = (recipient.get("metadata") or {}).get("namespace") or "default"
         name = event_name(recipient, finding)
         text = message or finding.summary
@@ -218,9 +217,8 @@ class Ledger:
                     return None
                 if current.resolved_by == delivery:
                     return None  # the event that ended the episode is not a sighting of a new one
-                if looked is not None and current.resolved_at is not None \
-                        and current.resolved_at >= looked - CLOCK_SKEW:
-                    return None  # resolved since this delivery looked: perhaps on a later look than its own
+                if read is not None and current.resource_version != read:
+                    return None  # resolved since this delivery read it: perhaps on a later look than its own
                 # a new episode counts its sightings from one again
                 reopened = self._patch(current, finding, now, text, count=True, first=True, state=OPEN, notes={
                     EPISODE: str(current.episode + 1), OPENED_BY: delivery, OPENED_AT: stamp(now),

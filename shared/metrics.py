@@ -34,7 +34,7 @@ STALE_AFTER = 180.0
 # A resolved finding is exported as 0 this long after it was resolved, so that an alert on it ends on a value,
 # not on a series that went missing (the lifetime alert-forwarder keeps resolved alerts for, ALERT_RESOLVED_FOR).
 RESOLVED_FOR = 15 * 60.0
-FINDING_LABELS = ("function", "category", "severity", "namespace", "vm", "finding")
+FINDING_LABELS = ("function", "category", "severity", "namespace", "vm", "finding", "node")  # node: a Node's finding
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,7 @@ class Seen:
     vm: str
     finding: str
     resolved_at: float | None = None
+    node: str = ""   # a finding about a Node (evacuation-report's) names it; a VM's has namespace and vm
 
 
 class Findings:
@@ -87,8 +88,8 @@ class Findings:
                 key = (function, seen.category, seen.severity)
                 counts[key] = counts.get(key, 0.0) + (seen.resolved_at is None)
                 if seen.resolved_at is None or wall - seen.resolved_at <= RESOLVED_FOR:
-                    each.append(((function, seen.category, seen.severity, seen.namespace, seen.vm, seen.finding),
-                                 1.0 if seen.resolved_at is None else 0.0))
+                    labels = (function, seen.category, seen.severity, seen.namespace, seen.vm, seen.finding, seen.node)
+                    each.append((labels, 1.0 if seen.resolved_at is None else 0.0))
         return (
             Collected("vmevents_findings_open", "Open findings on record, by category and severity (read from the "
                       "findings' Events by the last re-scan, with what this pod changed since).", "gauge",
@@ -211,4 +212,4 @@ def of_record(record: Any) -> Seen:
 def seen(labels: Mapping[str, str], category: str, severity: str, resolved_at: float | None) -> Seen:
     """A finding as `Findings` keeps it, from its identity labels (shared.finding.Finding.labels)."""
     return Seen(category, severity, labels.get("namespace", ""), labels.get("vm", ""), labels.get("finding", ""),
-                resolved_at)
+                resolved_at, labels.get("node", ""))

@@ -39,14 +39,16 @@ def find_binary() -> str | None:
 class Receiver:
     """An HTTP server on 127.0.0.1 that records every POST (path, headers, JSON body).
 
-    `fail_with(status)` makes it answer that status until `fail_with(None)`; `stop()` + `start()`
-    on the same port simulates a receiver that is down and comes back.
+    `fail_with(status)` makes it answer that status until `fail_with(None)` (`accept_then_fail`: after a
+    number of POSTs); `stop()` + `start()` on the same port simulates a receiver that is down and comes back.
     """
 
     def __init__(self, port: int | None = None):
         self.port = port or free_port()
         self.posts: list[dict[str, Any]] = []
         self.status: int | None = None
+        self.accept: int | None = None  # accept_then_fail: POSTs still accepted
+        self.then = 503
         self._cond = threading.Condition()
         self._server: ThreadingHTTPServer | None = None
 
@@ -61,6 +63,10 @@ class Receiver:
             def do_POST(self) -> None:  # noqa: N802
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 status = receiver.status or 200
+                if receiver.accept is not None:
+                    with receiver._cond:
+                        status = 200 if receiver.accept > 0 else receiver.then
+                        receiver.accept -= 1
                 if status < 300:
                     with receiver._cond:
                         receiver.posts.append({"path": self.path, "headers": dict(self.headers.items()),
@@ -86,6 +92,11 @@ class Receiver:
 
     def fail_with(self, status: int | None) -> None:
         self.status = status
+        self.accept = None
+
+    def accept_then_fail(self, count: int, status: int) -> None:
+        """Accept the next `count` POSTs, then answer `status` until `fail_with(None)`."""
+        self.status, self.accept, self.then = None, count, status
 
     def bodies(self, path: str | None = None) -> list[Any]:
         with self._cond:
@@ -102,6 +113,53 @@ class Receiver:
                 if remaining <= 0:
                     raise AssertionError(f"timed out waiting for {what}; received {len(self.posts)} POST(s)")
                 self._cond.wait(remaining)
+
+
+class Sizer:
+    """An Alertmanager replica that only measures what it is posted: the POSTs, the largest body and the alerts
+    (counted, not kept: a tick of 50,000 findings would otherwise be kept whole). alert-forwarder's bounded bodies
+    are checked with it (bench/alert_forwarder.py, tests/functions/alert_forwarder/test_scale.py)."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.posts = self.largest = self.alerts = 0
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Sizer:
+        sizer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with sizer._lock:
+                    sizer.posts += 1
+                    sizer.largest = max(sizer.largest, len(raw))
+                    sizer.alerts += raw.count(b'"labels":')
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
+        return self
+
+    def reset(self) -> None:
+        with self._lock:
+            self.posts = self.largest = self.alerts = 0
+
+    def stop(self) -> None:
+        if self._server:
+            self._server.shutdown()
+            self._server.server_close()
 
 
 def config(receiver_url: str, group_wait: str = "200ms", group_interval: str = "1s") -> dict:
@@ -157,18 +215,38 @@ class Alertmanager:
         """Every alert Alertmanager holds (active or not yet expired) whose labels include `labels`."""
         return [a for a in self.api("alerts") if all(a["labels"].get(k) == v for k, v in labels.items())]
 
+    def unresolved(self, timeout: float = 60.0) -> int:
+        """How many unresolved alerts it holds, from its metrics (listing 50,000 alerts takes longer than counting),
+        once none is waiting for its dispatcher: `alertmanager_alerts` counts them by state (active, suppressed,
+        unprocessed), each state over a listing of its own (provider/mem/mem.go `count`), so while alerts pass from
+        unprocessed to active the sum counts some twice."""
+        deadline = time.monotonic() + timeout
+        while True:
+            gauges = {line.split('"')[1]: float(line.split()[-1])
+                      for line in requests.get(f"{self.url}/metrics", timeout=30).text.splitlines()
+                      if line.startswith("alertmanager_alerts{")}
+            if not gauges.get("unprocessed") or time.monotonic() > deadline:
+                return int(sum(gauges.values()))
+            time.sleep(0.2)
+
     def version(self) -> str:
         return self.api("status")["versionInfo"]["version"]
 
     def restart(self) -> Alertmanager:
         """Stop the process and start it again on the same port and storage: what an upgrade or a rescheduled
         pod does. Its alerts live in memory only and are gone; silences and the notification log are kept."""
+        return self.down().start()
+
+    def down(self) -> Alertmanager:
+        """Stop the process, keeping its port and storage for `start()`: an Alertmanager that is down (a POST to
+        it is refused) until it comes back, without its alerts."""
         proc, self._proc = self._proc, None
         if proc is not None:
             stop_group(proc, signal.SIGTERM, wait=10)
         if self._log:
             self._log.close()
-        return self.start()
+            self._log = None
+        return self
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None

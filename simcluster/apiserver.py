@@ -428,7 +428,9 @@ class _Handler(BaseHTTPRequestHandler):
                                 _param(query, "fieldSelector"), int(limit) if limit else None, token)
         metadata = {"resourceVersion": page.resource_version}
         if page.continue_token:
-            metadata.update({"continue": page.continue_token, "remainingItemCount": page.remaining})
+            metadata["continue"] = page.continue_token
+            if page.remaining is not None:
+                metadata["remainingItemCount"] = page.remaining
         items = page.items
         if form == "Table":
             return self._send_json(200, tables.table(route.rt, items, metadata,

@@ -141,6 +141,10 @@ class SchemaRegistry:
             return self._upstream_dir / "longhorn" / "v1.10.0" / "crds.yaml", rt
         if rt.group == "devices.harvesterhci.io":
             return self._upstream_dir / "harvester-pcidevices" / "crds.yaml", rt
+        if rt.group == "harvesterhci.io":
+            return self._upstream_dir / "harvester" / "v1.7.0" / f"{rt.plural}.crd.yaml", rt
+        if rt.group == "cdi.kubevirt.io":
+            return self._upstream_dir / "cdi" / "v1.64.0" / "datavolume.crd.yaml", rt
         return None, rt
 
 

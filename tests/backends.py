@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 
 import pytest
 
@@ -42,8 +43,9 @@ def params() -> list:
     return [pytest.param(SIM, id=SIM), real]
 
 
-def control_plane():
-    """The session's real control plane, started on first use and stopped at exit."""
+def control_plane(revive: bool = True):
+    """The session's real control plane, started on first use and stopped at exit; with `revive`, a component a
+    test before left stopped is started again first (the fault tests, which stop and start them, pass False)."""
     global _plane, _failure
     if _failure:
         pytest.fail(_failure)
@@ -56,6 +58,11 @@ def control_plane():
             _failure = f"the real control plane did not start: {exc}"
             pytest.fail(_failure)
         atexit.register(_plane.remove)
+    elif revive:
+        revived = _plane.revive()
+        if revived:
+            print(f"\n[control plane] {', '.join(revived)} had stopped (a test before this one left it so): "
+                  "started again", file=sys.stderr, flush=True)
     return _plane
 
 

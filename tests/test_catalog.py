@@ -270,8 +270,8 @@ def test_the_categories_a_producers_code_makes_are_the_declared_ones():
     for name, categories in made.items():
         assert categories == set(catalog.declared(name).categories), \
             f"functions/{catalog.declared(name).package}/declaration.py: its alerts' categories must be {categories}"
-    source = "".join((REPO / "functions" / "migration_report" / f).read_text()
-                     for f in ("decide.py", "analysis.py", "arithmetic.py"))
+    source = "".join((REPO / f).read_text() for f in ("functions/migration_report/decide.py",
+                                                      "functions/migration_report/analysis.py", "shared/migrations.py"))
     for category in catalog.declared("migration-report").categories:
         assert f'"{category}"' in source, f"migration-report never makes the declared category {category}"
 
@@ -300,9 +300,9 @@ def test_the_docs_page_explains_every_category(function):
 
 
 def test_vm_stuck_reports_docs_name_every_cause():
-    """Adding a cause to vm-stuck-report is its rule in decide.py, its words, and its row in the docs' table of
+    """Adding a cause to vm-stuck-report is its rule in causes.py, its words, and its row in the docs' table of
     causes: this names the page when the row is missing."""
-    from functions.vm_stuck_report.decide import Cause
+    from functions.vm_stuck_report.causes import Cause
 
     page = (REPO / "docs" / "vm-stuck-report.md").read_text()
     missing = [c.value for c in Cause if f"| `{c.value}` |" not in page]

@@ -12,8 +12,7 @@ from tests.conftest import REPO
 
 DECIDING = sorted(p.parent.name for p in (REPO / "functions").glob("*/decide.py"))
 # Functions whose move to the contract is another change's (each names it); remove a line as it lands.
-PENDING = {"vm_stuck_report": "issue 35 moves it to decide(facts, settings, now)",
-           "alert_forwarder": "issue 34 reworks it: decide(event_type, found, settings, now) until then"}
+PENDING = {"vm_stuck_report": "issue 35 moves it to decide(facts, settings, now)"}
 
 
 def contract_breaches(package: str) -> list[str]:

@@ -14,6 +14,7 @@ from tests.conftest import REPO
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "upstream" / "README.md"]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^(```|~~~)")
+NAMED = re.compile(r'<a id="([^"]+)"></a>')
 
 
 def slug(heading: str) -> str:
@@ -24,11 +25,15 @@ def slug(heading: str) -> str:
 
 
 def anchors(page: Path) -> set[str]:
+    """A page's headings' anchors, and the ones it names itself (`<a id="…"></a>`, which GitHub keeps)."""
     found, seen, fenced = set(), {}, False
     for line in page.read_text().splitlines():
         if FENCE.match(line.strip()):
             fenced = not fenced
-        if fenced or not line.startswith("#"):
+        if fenced:
+            continue
+        found.update(NAMED.findall(line))
+        if not line.startswith("#"):
             continue
         base = slug(line.lstrip("#"))
         count = seen.get(base, 0)

@@ -3,11 +3,13 @@
 Usage (from the repository root):
 
     python upstream/extract.py kubevirt v1.8.3
+    python upstream/extract.py cdi v1.64.0
     python upstream/extract.py knative-eventing knative-v1.22.2
     python upstream/extract.py knative-serving knative-v1.22.1
     python upstream/extract.py longhorn v1.10.0
     python upstream/extract.py pcidevices bdd80256a8548a4271f6ec4928e2203441a54bc0
     python upstream/extract.py harvester 5ffb931351309a4d7952dfc65cfaecf3372642b1
+    python upstream/extract.py harvester-release v1.7.0
 
 Each file is read either from a local clone (``--git-dir DIR``: ``git --git-dir DIR show REF:PATH``) or, by default,
 from ``https://raw.githubusercontent.com/<owner>/<repo>/<ref>/<path>``. ``--check`` compares instead of writing and
@@ -37,6 +39,9 @@ HERE = Path(__file__).resolve().parent
 KUBEVIRT_GO = "pkg/virt-operator/resource/generate/components/validations_generated.go"
 KUBEVIRT_KINDS = ("kubevirt", "migrationpolicy", "virtualmachine", "virtualmachineinstance",
                   "virtualmachineinstancemigration")
+# CDI publishes its CRDs inside Go source too: the map `CDICRDs`, each value a whole CustomResourceDefinition.
+CDI_GO = "pkg/operator/resources/crds_generated.go"
+CDI_KINDS = ("datavolume",)
 
 
 @dataclass(frozen=True)
@@ -69,9 +74,17 @@ PROJECTS = {
         "sample-pcidevice.yaml": "sample/pcidevice.yaml",
         "sample-pcideviceclaim.yaml": "sample/pcideviceclaim.yaml",
     }),
+    # CDI's DataVolume CRD (KubeVirt v1.8.3 builds against containerized-data-importer-api v1.64.0).
+    "cdi": Project("kubevirt/containerized-data-importer", lambda ref: f"cdi/{ref}", {}),
     # The Addon CRD (deploy/harvester/addon.yaml is applied against it); not versioned either.
     "harvester": Project("harvester/harvester", lambda ref: "harvester", {
         "addons.crd.yaml": "deploy/charts/harvester-crd/templates/harvesterhci.io_addons.yaml",
+    }),
+    # The Setting and Upgrade CRDs of a release (evacuation-report reads vm-force-reset-policy, server-version
+    # and the Upgrade's node steps, docs/facts.md §10).
+    "harvester-release": Project("harvester/harvester", lambda ref: f"harvester/{ref}", {
+        "settings.crd.yaml": "deploy/charts/harvester-crd/templates/harvesterhci.io_settings.yaml",
+        "upgrades.crd.yaml": "deploy/charts/harvester-crd/templates/harvesterhci.io_upgrades.yaml",
     }),
 }
 
@@ -98,6 +111,14 @@ def extract(project: Project, read: Callable[[str], bytes]) -> dict[str, bytes]:
             if not isinstance(document := yaml.safe_load(schemas[kind]), dict) or "openAPIV3Schema" not in document:
                 raise SystemExit(f"{KUBEVIRT_GO}: the {kind!r} entry is not an openAPIV3Schema document")
         return {f"{kind}.openAPIV3Schema.yaml": schemas[kind].encode("utf-8") for kind in KUBEVIRT_KINDS}
+    if project.repo == "kubevirt/containerized-data-importer":
+        crds = crds_validation(read(CDI_GO).decode("utf-8"), "var CDICRDs map[string]string = map[string]string{",
+                               CDI_GO)
+        for kind in CDI_KINDS:
+            if not isinstance(document := yaml.safe_load(crds.get(kind, "")), dict) or \
+                    document.get("kind") != "CustomResourceDefinition":
+                raise SystemExit(f"{CDI_GO}: the {kind!r} entry is not a CustomResourceDefinition")
+        return {f"{kind}.crd.yaml": crds[kind].encode("utf-8") for kind in CDI_KINDS}
     return {name: read(path) for name, path in project.files.items()}
 
 
@@ -109,17 +130,18 @@ _COMMA = re.compile(r"\s*,")
 _MAP = "var CRDsValidation map[string]string = map[string]string{"
 
 
-def crds_validation(go_source: str) -> dict[str, str]:
-    """The values of KubeVirt's `CRDsValidation` map, each one's literals concatenated, in source order."""
-    if _MAP not in go_source:
-        raise SystemExit(f"{KUBEVIRT_GO}: no `{_MAP}`")
-    pos, values = go_source.index(_MAP) + len(_MAP), {}
+def crds_validation(go_source: str, declaration: str = _MAP, where: str = KUBEVIRT_GO) -> dict[str, str]:
+    """The values of a Go `map[string]string` of string literals (KubeVirt's `CRDsValidation`, CDI's `CDICRDs`),
+    each one's literals concatenated, in source order."""
+    if declaration not in go_source:
+        raise SystemExit(f"{where}: no `{declaration}`")
+    pos, values = go_source.index(declaration) + len(declaration), {}
     while (key := _KEY.match(go_source, pos)) is not None:
         parts, pos = [], key.end()
         while True:
             literal = _LITERAL.match(go_source, pos)
             if literal is None:
-                raise SystemExit(f"{KUBEVIRT_GO}: no Go string literal for {key.group(1)!r} at offset {pos}")
+                raise SystemExit(f"{where}: no Go string literal for {key.group(1)!r} at offset {pos}")
             raw, quoted = literal.groups()
             # A raw literal is taken as it is (Go would drop carriage returns from it; there are none).
             parts.append(raw if raw is not None else _unquote(quoted))
@@ -130,10 +152,10 @@ def crds_validation(go_source: str) -> dict[str, str]:
             pos = plus.end()
         comma = _COMMA.match(go_source, pos)
         if comma is None:
-            raise SystemExit(f"{KUBEVIRT_GO}: no comma after the value of {key.group(1)!r} at offset {pos}")
+            raise SystemExit(f"{where}: no comma after the value of {key.group(1)!r} at offset {pos}")
         values[key.group(1)], pos = "".join(parts), comma.end()
     if not re.match(r"\s*}", go_source[pos:]):
-        raise SystemExit(f"{KUBEVIRT_GO}: cannot read the map entry at offset {pos}")
+        raise SystemExit(f"{where}: cannot read the map entry at offset {pos}")
     return values
 
 

@@ -30,4 +30,7 @@ CATEGORIES: dict[str, tuple[str, str, str]] = {
     "stuck-stopping": ("VMStuck", "warning", "vmstuck"),
     "stuck-terminating": ("VMStuck", "warning", "vmstuck"),
     "stuck-migrating": ("VMStuck", "warning", "vmstuck"),
+    # evacuation-report (docs/evacuation-report.md)
+    "node-drain": ("NodeEvacuation", "warning", "nodeevacuation"),
+    "node-down": ("NodeDown", "critical", "nodedown"),
 }

@@ -1,8 +1,9 @@
 """The functions-framework entry point of alert-forwarder: `--target handle`.
 
 Settings (receivers, credentials files, MIN_SEVERITY) are read once, when the server starts; a bad
-setting stops the start with a message naming the variable. Its Kubernetes client only lists the
-finding Events on record, on a tick (handler.tick).
+setting stops the start with a message naming the variable. Its Kubernetes client touches the finding Events
+only: it reads a notice's record before sending it and writes on it what each receiver accepted (delivery.py),
+and lists every finding on record on a tick (tick.py).
 """
 from functions.alert_forwarder.handler import on_event, worth_decoding
 from functions.alert_forwarder.settings import FUNCTION, load

@@ -7,17 +7,19 @@ becomes a finding (its category and identity then come from the event's type and
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from shared.errors import BadEvent
-from shared.finding import FINDING_LABEL, digest
+from shared.finding import FINDING_LABEL, Finding, digest
 from shared.intake import Incoming
 
 PREFIX = "io.vmevents."
 STATES = ("detected", "resolved", "reported")
+MAX_DEPTH = 64  # a finding's data nests a few levels (details of details); JSON encoders recurse
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,9 @@ class Received:
     key: str = ""                      # with function, category and subject: its identity (docs/findings.md)
     opened_at: datetime | None = None  # its episode's start (openedAt), when it has one
     resolved_at: datetime | None = None
+    episode: int | None = None         # its episode's number, when it has one
+    record: tuple[str, str] | None = None  # where it is kept: its Event's (namespace, name) (shared/ledger.py)
+    data: Mapping[str, Any] = field(default_factory=dict)  # the finding as the reply carried it
 
     @property
     def labels(self) -> dict[str, str]:
@@ -54,6 +59,9 @@ def findings(event: Incoming) -> list[Received]:
     if not isinstance(event.data, Mapping):
         raise BadEvent(f"event {event.id} ({event.type}) has no JSON object as data; a finding's data is "
                        f"a JSON object")
+    if _deeper_than(event.data, MAX_DEPTH):
+        raise BadEvent(f"event {event.id} ({event.type}): data nested deeper than {MAX_DEPTH} levels; a finding's "
+                       f"data is a few levels deep (docs/findings.md)")
     function, _, what = event.type[len(PREFIX):].partition(".")
     items = event.data.get("findings")
     if items is None:
@@ -80,15 +88,60 @@ def _finding(data: Mapping[str, Any], function: str, what: str, subject: str | N
                    advice=tuple(advice) if isinstance(advice, list) else ((advice,) if advice else ()),
                    details=details if isinstance(details, Mapping) else {},
                    id=_text(data.get("id")) or event_id, key=_text(data.get("key")),
-                   opened_at=_when(data.get("openedAt")), resolved_at=_when(data.get("resolvedAt")))
+                   opened_at=_when(data.get("openedAt")), resolved_at=_when(data.get("resolvedAt")),
+                   episode=_episode(data.get("episode")), record=_record(data.get("record")), data=data)
 
 
 def on_record(data: Mapping[str, Any], state: str, opened_at: datetime | None,
-              resolved_at: datetime | None) -> Received:
+              resolved_at: datetime | None, episode: int | None = None,
+              where: tuple[str, str] | None = None) -> Received:
     """A finding as its record keeps it (shared/ledger.py: the schema, with its life beside it); `state` is
-    `detected` for an open one, `resolved` for one that ended."""
+    `detected` for an open one, `resolved` for one that ended; `where`, its Event's namespace and name."""
     found = _finding({**data, "state": state}, _text(data.get("function")), state, _text(data.get("subject")), None)
-    return replace(found, opened_at=opened_at or found.opened_at, resolved_at=resolved_at or found.resolved_at)
+    return replace(found, opened_at=opened_at or found.opened_at, resolved_at=resolved_at or found.resolved_at,
+                   episode=episode or found.episode, record=where or found.record)
+
+
+def of_record(finding: Finding, state: str, opened_at: datetime | None, resolved_at: datetime | None,
+              episode: int, where: tuple[str, str]) -> Received:
+    """`on_record` from the finding the ledger already read (shared/ledger.py Record.finding), without writing it
+    out and reading it back: a tick does this for every finding on record."""
+    return Received(function=finding.function, category=finding.category, state=state, subject=finding.subject,
+                    identity={k: v for k, v in finding.labels.items() if v}, severity=finding.severity.strip() or None,
+                    summary=finding.summary.strip(), advice=tuple(finding.advice), details=finding.details,
+                    key=finding.key, opened_at=opened_at, resolved_at=resolved_at, episode=episode, record=where)
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether JSON values nest deeper than `limit` (no recursion: what is checked may be nested thousands deep, and
+    the alert's words and the webhook's payload are made of it)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
+def _episode(value: Any) -> int | None:
+    """An episode number (1, 2, ...); None when absent or not one."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+
+
+def _record(value: Any) -> tuple[str, str] | None:
+    """`<namespace>/<Event name>`, each a DNS-1123 name as Kubernetes writes them, or None: a reply names the
+    API path the forwarder then reads, so nothing else is accepted (shared/kube.py escapes it too)."""
+    if not isinstance(value, str):
+        return None
+    namespace, slash, name = value.partition("/")
+    if not slash or len(namespace) > 63 or not _NAME.fullmatch(namespace) or not _NAME.fullmatch(name):
+        return None
+    return namespace, name
 
 
 def _when(value: Any) -> datetime | None:

@@ -2,6 +2,7 @@
 lifetimes, read and checked once at start-up so that a typo stops the start and names the variable."""
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -38,6 +39,23 @@ class Receiver:
 
 
 @dataclass(frozen=True)
+class Target:
+    """One place a notice goes: an Alertmanager replica, or the webhook. `id` names it in the receipts kept on a
+    finding's Event (receipts.py): its kind and a digest of its URL, never the URL (a webhook URL is a secret)."""
+
+    id: str
+    kind: str  # ALERTMANAGER | WEBHOOK
+    url: str
+
+
+ALERTMANAGER, WEBHOOK = "alertmanager", "webhook"
+
+
+def target(kind: str, url: str) -> Target:
+    return Target(f"{kind}-{hashlib.sha256(url.encode()).hexdigest()[:10]}", kind, url)
+
+
+@dataclass(frozen=True)
 class Settings:
     alertmanager: Receiver | None = None
     webhook: Receiver | None = None
@@ -57,6 +75,12 @@ class Settings:
     timeout: float = SEND_TIMEOUT.value
     # Origins besides a receiver's own that a 307/308 may lead to (transport.py): none by default.
     redirect_origins: tuple[str, ...] = ()
+
+    @property
+    def targets(self) -> tuple[Target, ...]:
+        """Every place a notice goes, Alertmanager's replicas first."""
+        found = [target(ALERTMANAGER, url) for url in (self.alertmanager.urls if self.alertmanager else ())]
+        return (*found, *(target(WEBHOOK, url) for url in (self.webhook.urls if self.webhook else ())))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:

@@ -15,12 +15,16 @@ link-local metadata endpoint (169.254.169.254). Such a redirect is a refusal (50
 """
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
 
+import orjson
+
+from functions.alert_forwarder import wording
 from functions.alert_forwarder.settings import redact
 from shared.errors import TemporaryError, VmeventsError, parse_retry_after
 from shared.redact import REDACTED, scrub, url_secrets
@@ -60,48 +64,52 @@ def session() -> requests.Session:
 
 def post(name: str, url: str, body: Any, headers: Mapping[str, str], verify: bool | str, timeout: float, *,
          credentials: Collection[str] = (), allowed: Collection[str] = ()) -> list[VmeventsError]:
-    """[] on success, else [the error]: 503 for down or throttling, 502 for a refusal. `credentials` names
-    the headers that must not leave `url`'s host; `allowed`, the origins besides `url`'s that a redirect may
-    lead to (`scheme://host[:port]`)."""
-    sent = dict(headers)
+    """[] on success, else [the error]: 503 for down or throttling, 502 for a refusal. `body`: JSON values, or
+    the JSON already encoded (a tick's chunk). `credentials` names the headers that must not leave `url`'s host;
+    `allowed`, the origins besides `url`'s that a redirect may lead to (`scheme://host[:port]`)."""
     # What an echoing receiver could quote back: our header values, and every part of the URL (a webhook
     # URL is a credential: shared/redact.py).
-    secrets = [part for value in sent.values() for part in (value, value.partition(" ")[2]) if part]
+    secrets = [part for value in headers.values() for part in (value, value.partition(" ")[2]) if part]
     secrets += url_secrets(url)
+    sent = {"Content-Type": "application/json", **headers}
+    data = body if isinstance(body, bytes) else encoded(body)
     client = session()
     import requests  # imported by session()
 
     try:
-        response = client.post(url, json=body, headers=sent, verify=verify, timeout=timeout,
-                                 allow_redirects=False)
+        response = client.post(url, data=data, headers=sent, verify=verify, timeout=timeout,
+                               allow_redirects=False)
         for _ in range(MAX_REDIRECTS):
             if response.status_code not in FOLLOWED_REDIRECTS or not response.headers.get("Location"):
                 break
             following = urljoin(response.url or url, response.headers["Location"])
             secrets += url_secrets(following)  # a redirect names a URL that may be as secret as ours
             if _origin(following) != _origin(url) and _origin(following) not in {_origin(o) for o in allowed}:
-                return [ReceiverRefused(f"{name} at {redact(url)} redirected the alert ({response.status_code}) to "
-                                        f"another origin, {redact(following)}, which is not followed: set the "
-                                        f"receiver's final URL, or add that origin to REDIRECT_ALLOWED_ORIGINS")]
+                return [ReceiverRefused(wording.redirected(name, redact(url), response.status_code,
+                                                           redact(following)))]
             if _origin(following) != _origin(url):
                 sent = {key: value for key, value in sent.items()
                         if key.lower() != "authorization" and key not in credentials}
-            response = client.post(following, json=body, headers=sent, verify=verify, timeout=timeout,
-                                     allow_redirects=False)
+            response = client.post(following, data=data, headers=sent, verify=verify, timeout=timeout,
+                                   allow_redirects=False)
     except requests.RequestException as exc:
-        return [TemporaryError(f"{name} at {redact(url)} is unreachable ({type(exc).__name__}); "
-                               f"the broker will redeliver")]
+        return [TemporaryError(wording.unreachable(name, redact(url), type(exc).__name__))]
     if 200 <= response.status_code < 300:
         return []
     said = excerpt(response.text, secrets)
     if response.status_code >= 500 or response.status_code in (408, 429):
-        return [TemporaryError(f"{name} at {redact(url)} answered {response.status_code}{said}; "
-                               f"the broker will redeliver",
+        return [TemporaryError(wording.answered(name, redact(url), response.status_code, said),
                                retry_after=parse_retry_after(response.headers.get("Retry-After")))]
-    hint = " (check its credentials file)" if response.status_code in (401, 403) else ""
-    if 300 <= response.status_code < 400:
-        hint = " (a redirect alert-forwarder does not follow: set the receiver's final URL)"
-    return [ReceiverRefused(f"{name} at {redact(url)} refused the alert: {response.status_code}{said}{hint}")]
+    return [ReceiverRefused(wording.refused(name, redact(url), response.status_code, said))]
+
+
+def encoded(body: Any) -> bytes:
+    """JSON: orjson's, or json's for what orjson refuses (nesting deeper than 254, as a reply's data may carry into
+    the webhook payload; a key that is not a string), as requests' own `json=` did."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:
+        return json.dumps(body, default=str).encode()
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:

@@ -1,6 +1,6 @@
 """What KubeVirt did in one migration, from the objects it keeps: every number it used (with where it came from) and,
 for a failure, its category and the evidence KubeVirt or the scheduler wrote for it. Pure, like decide.py, which
-reports it; the arithmetic is arithmetic.py's, and the words people read are wording.py's (an `Explained` says
+reports it; the arithmetic is shared/migrations.py's, and the words people read are wording.py's (an `Explained` says
 which explanation a category rests on when KubeVirt wrote none).
 """
 from __future__ import annotations
@@ -10,7 +10,8 @@ import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from functions.migration_report.arithmetic import (
+from shared import kubevirt as kv
+from shared.migrations import (
     DataSize,
     PolicyMatch,
     data_size,
@@ -18,7 +19,6 @@ from functions.migration_report.arithmetic import (
     match_policy,
     read_failure_reason,
 )
-from shared import kubevirt as kv
 
 if TYPE_CHECKING:
     from functions.migration_report.decide import Facts

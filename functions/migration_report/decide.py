@@ -1,8 +1,9 @@
 """migration-report's pure part: whether a migration is worth a report, and when a report ends.
 
 Every fact is an argument (Facts, Settings, now): no API call, no clock, no environment. What KubeVirt did in the
-migration (its numbers, the failure's category) is analysis.py's, its arithmetic arithmetic.py's; the words people
-read — the Event's sentence, the details, the advice — are wording.py's.
+migration (its numbers, the failure's category) is analysis.py's, its arithmetic shared/migrations.py's (which
+evacuation-report uses too); the words people read — the Event's sentence, the details, the advice — are
+wording.py's.
 """
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from typing import Any
 from functions.migration_report.analysis import Explained, analyse, finished_at
 from functions.migration_report.settings import Settings
 from shared import kubevirt as kv
+
+# KubeVirt's evacuation controller annotates the migrations it creates for a drained node with that node
+# (types.go EvacuationMigrationAnnotation, docs/facts.md §10): evacuation-report explains them in its node's finding.
 
 
 class Action(enum.StrEnum):
@@ -51,6 +55,8 @@ def precheck(vmim: dict, settings: Settings, now: datetime) -> str | None:
     meta, phase = kv.meta(vmim), kv.phase(vmim)
     if not settings.in_scope(meta.get("namespace", "")):
         return f"namespace {meta.get('namespace')} is out of scope"
+    if kv.annotations_of(vmim).get(kv.EVACUATION_MIGRATION):
+        return _evacuation(kv.annotations_of(vmim)[kv.EVACUATION_MIGRATION])
     if phase not in kv.FINAL_PHASES:
         return f"phase is {phase or 'unset'}, not final yet"
     ended = finished_at(vmim)
@@ -70,6 +76,10 @@ def row_precheck(meta: Mapping[str, Any], phase: Any, settings: Settings, now: d
     namespace = str(meta.get("namespace") or "default")
     if not settings.in_scope(namespace):
         return f"namespace {namespace} is out of scope"
+    notes = meta.get("annotations")
+    node = notes.get(kv.EVACUATION_MIGRATION) if isinstance(notes, dict) else None
+    if isinstance(node, str) and node:
+        return _evacuation(node)
     if not isinstance(phase, str) or phase not in kv.FINAL_PHASES:
         return f"phase is {phase or 'unset'}, not final yet"
     entries = meta.get("managedFields")
@@ -80,6 +90,10 @@ def row_precheck(meta: Mapping[str, Any], phase: Any, settings: Settings, now: d
         return (f"last written at {max(known):%Y-%m-%dT%H:%M:%SZ}, so ended more than MIGRATION_REPORT_WITHIN="
                 f"{_span(settings.within)} ago")
     return None
+
+
+def _evacuation(node: str) -> str:
+    return f"an evacuation of node {node}: evacuation-report explains it in that node's finding"
 
 
 def decide(facts: Facts, settings: Settings, now: datetime) -> Verdict:

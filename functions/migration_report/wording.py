@@ -5,11 +5,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from functions.migration_report.analysis import Explained
-from functions.migration_report.arithmetic import quantity
 from functions.migration_report.decide import Facts, Verdict
 from functions.migration_report.settings import Settings
 from shared import kubevirt as kv
 from shared.finding import Finding
+from shared.migrations import quantity
 
 FUNCTION = "migration-report"
 

@@ -40,8 +40,9 @@ DECLARATION = Function(
             "(scheduling, volume, image, node, quota), its evidence and the next step",
     about="vm-stuck-report: when a VM stays starting, stopping, terminating or migrating past its threshold, names "
           "one cause with its evidence and one next step (or says it is unknown and what was checked). Read-only: "
-          "it reads VMs, VMIs and migrations, the launcher and target pods, nodes, PVCs, PVs, StorageClasses, "
-          "ResourceQuotas and Longhorn volumes, reads and records Events, and changes nothing else.",
+          "it reads VMs, VMIs and migrations, the KubeVirt CR, the launcher and target pods, nodes, PVCs, PVs, "
+          "StorageClasses, ResourceQuotas, Longhorn volumes and CDI DataVolumes, reads and records Events, and "
+          "changes nothing else.",
     service=Service(
         scale=Scale(0, 3, "Scale to zero when idle: a cold start only delays an event, the broker holds it. At most 3 "
                           "pods: VM updates that name no stuck state (nearly all) need no API call, and the bound caps "
@@ -67,20 +68,29 @@ DECLARATION = Function(
                  note="the re-scan lists VMs and VMIMs one namespace at a time, cells only (docs/api-cost.md)"),
             Rule("kubevirt.io", ("virtualmachines", "virtualmachineinstancemigrations"), ("get", "list")),
             Rule("kubevirt.io", ("virtualmachineinstances",), ("get",)),
+            Rule("kubevirt.io", ("kubevirts",), ("list",),
+                 why="list: the KubeVirt CR's migration limits (spec.configuration.migrations), only for a migration "
+                     "held Pending past its threshold, to tell a queued one from a stuck one (docs/facts.md §7)"),
             Rule("", ("pods", "resourcequotas"), ("list",),
-                 why="the launcher / migration target pod (by KubeVirt's labels), and a namespace's quotas"),
+                 why="the launcher / migration target pod (by KubeVirt's labels; every target pod, for KubeVirt's "
+                     "migration queue), and a namespace's quotas"),
             Rule("", ("nodes",), ("get", "list"),
                  why="get: the VMI's node; list: which nodes have a device resource at all (only for an Insufficient "
                      "device)"),
             Rule("", ("persistentvolumeclaims", "persistentvolumes"), ("get",)),
             Rule("storage.k8s.io", ("storageclasses",), ("get",)),
             Rule("longhorn.io", ("volumes",), ("get",)),
+            Rule("cdi.kubevirt.io", ("datavolumes",), ("get",),
+                 why="a VM KubeVirt prints Provisioning or DataVolumeError has no VMI yet: its DataVolumes say since "
+                     "when and why"),
             Rule("", ("events",), ("list", "create", "get", "patch"),
                  why="list: the scheduler's, the kubelet's and KubeVirt's Events, device-conflict's findings and its "
                      "own; create/get/patch: record its finding (a sighting raises its count)")),),),
     alerts=(Alert("VMStuck", "warning", ("stuck-starting", "stuck-stopping", "stuck-terminating", "stuck-migrating")),),
-    identity=Identity("the VM", "the stuck instance: the VMIM's uid, else the VMI's", "`namespace`, `vm`, `state` "
-                      "(the group: starting, stopping, terminating, migrating)", categories="`stuck-<group>`"),
-    replies=("detected", "resolved", "scanned"),
+    identity=Identity("the VM", "the stuck instance: the VMIM's uid; else the DataVolume's (Provisioning, "
+                                "DataVolumeError); else the VM's (Terminating, a crash loop); else the VMI's",
+                      "`namespace`, `vm`, `state` (the group: starting, stopping, terminating, migrating)",
+                      categories="`stuck-<group>`"),
+    replies=("detected", "resolved", "batch", "scanned"),
     reasons=("VMStuck", "VMStuckResolved"),
 )

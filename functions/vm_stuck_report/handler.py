@@ -4,34 +4,32 @@ to do.
 KubeVirt's own alerts say only *that* a VM is stuck (VirtualMachineStuckInUnhealthyState,
 VirtualMachineStuckOnNode; docs/facts.md §7); the facts that say *why* are scattered over the cluster. The
 flow: on_event and rescan → converge: read the VM, its VMI (and VMIM), decide whether it is stuck past its
-threshold (decide.stuck); only then read what explains it — the launcher (or migration target) pod, its
-scheduling condition and Events, the PVCs, StorageClasses and Longhorn volumes, the node, the ResourceQuotas,
-KubeVirt's Events — and diagnose (decide.diagnose) → report: one finding per episode (shared/ledger.py), in
-one `VMStuck` Event on the VM, `.detected` once and `.resolved` once when the VM settles. It changes nothing
-but Events.
+threshold (decide.decide); only when it is (`Action.EXPLAIN`) read what explains it (reads.py) — the launcher
+(or migration target) pod, its scheduling condition and Events, the PVCs, StorageClasses and Longhorn volumes,
+the node, the ResourceQuotas, KubeVirt's Events — and decide again on those facts → report: one finding per
+episode (shared/ledger.py), in one `VMStuck` Event on the VM, `.detected` once and `.resolved` once when the VM
+settles. It changes nothing but Events; every sentence it writes is wording.py's.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
 
-from functions.vm_stuck_report.decide import (
-    Action,
-    Verdict,
-    diagnose,
-    stuck,
-)
-from functions.vm_stuck_report.reads import read_facts, source_of
+from functions.vm_stuck_report import wording
+from functions.vm_stuck_report.causes import DV_STATES, Action, Verdict, say
+from functions.vm_stuck_report.decide import decide
+from functions.vm_stuck_report.facts import Detail, Facts
+from functions.vm_stuck_report.reads import read_datavolumes, read_detail, source_of
 from functions.vm_stuck_report.settings import GROUPS, MIGRATION_PHASES, Settings
-from functions.vm_stuck_report.wording import FUNCTION, event_message, finding, resolved_message
+from functions.vm_stuck_report.wording import FUNCTION
 from shared import metrics
 from shared import objects as o
 from shared import rescan as rescans
-from shared.finding import summary
+from shared.finding import one_or_summary, summary
 from shared.intake import Incoming, about, may_concern
 from shared.kinds import EVENT, NAMESPACE, VM, VMI, VMIM
 from shared.ledger import Ledger, Record, record_of
+from shared.replies import Reply
 from shared.runtime import KubeContext, Outcome
 
 REASON = "VMStuck"
@@ -80,43 +78,75 @@ def rescan(ctx: KubeContext[Settings], delivery: str) -> Outcome:
             found = _target_of_record(record)
             candidates.setdefault(found.key, found)
     scan = rescans.run([candidates[k] for k in sorted(candidates)],
-                       lambda found: converge(found, ctx, delivery, tick=True).reply, ctx.settings.rescan,
+                       lambda found: _converge(found, ctx, delivery, tick=True)[1], ctx.settings.rescan,
                        started=began, rotation=rescans.tick_number(ctx.clock()))
-    replies = sorted(scan.results, key=lambda r: (r.subject or "", r.type))
+    replies = sorted((r for notices in scan.results for r in notices), key=lambda r: (r.subject or "", r.type))
     renewed = ledger.renew_stale([r for r in on_record if r.open], ctx.clock())
-    reason = (f"scanned {scanned['vms']} VM(s) and {scanned['migrations']} migration(s), {len(candidates)} in a "
-              f"stuck state or on record; {len(replies)} notice(s), {renewed} renewed; {scan.progress()}")
+    reason = wording.scanned_reason(scanned, len(candidates), len(replies), renewed, scan.progress())
     reply = summary(FUNCTION, "scanned", f"/vmevents/{FUNCTION}/rescan", replies, reason, scanned)
     return Outcome("rescan", effect=f"reported-{len(replies)}" if reply else "none", reason=reason, reply=reply)
 
 
 def converge(found: Target, ctx: KubeContext[Settings], delivery: str = "", *, tick: bool = False) -> Outcome:
     """Read fresh, decide, and only for a VM stuck past its threshold read what explains it; record."""
-    looked = ctx.clock()  # before the reads: a finding resolved since is not reopened on them (Ledger.sighted)
-    seen = look(found, ctx)
-    if seen is None:
-        return Outcome("gone", subject=_subject(found), reason="the migration no longer exists")
-    found, vm, vmi, vmim, verdict = seen
+    return _converge(found, ctx, delivery, tick=tick)[0]
+
+
+def _converge(found: Target, ctx: KubeContext[Settings], delivery: str = "", *,
+              tick: bool = False) -> tuple[Outcome, list[Reply]]:
+    """converge, with the notices it caused one by one (a re-scan's summary lists each).
+
+    The records come before the state they are judged by (docs/findings.md, Races): the VM's findings are read,
+    then the VM, its VMI and VMIM, so that a finding is never resolved on a view older than itself, and a sighting
+    knows which version of its finding's record it read (Ledger.sighted `read`). An event first takes a cheap look
+    at the state alone: the many events of a VM only beginning to start cost 2 reads, and change nothing."""
     subject = _subject(found)
-    if verdict.action is Action.WAIT and not tick:  # an event as a VM begins to start: nothing more to read yet
-        metrics.DECISIONS.inc(FUNCTION, verdict.action.value, "", metrics.trigger())
-        return Outcome(verdict.action.value, subject=subject, reason=verdict.reason)
+    if not tick:
+        first = _look(found, ctx)
+        if first is None:
+            return Outcome("gone", subject=subject, reason=wording.said(say("migration-gone"))), []
+        found, facts = first
+        verdict = decide(facts, ctx.settings, ctx.clock())
+        if verdict.action is Action.WAIT:  # an event as a VM begins to start: nothing more to read yet
+            metrics.DECISIONS.inc(FUNCTION, verdict.action.value, "", metrics.trigger())
+            return Outcome(verdict.action.value, subject=subject, reason=wording.reason(verdict)), []
     events = list(ctx.kube.list(EVENT, found.namespace, field_selector=f"involvedObject.name={found.name}"))
     records = _records(events, found)
-    for record in records:  # a redelivery of the event that opened or ended an episode answers as it did
-        notice = Ledger.replay(record, delivery)
-        if notice is not None:
-            return Outcome("replay", effect=notice.transition, subject=subject, reason="a redelivered event",
-                           reply=notice.reply())
-    if vm is not None:
-        verdict = diagnosed(verdict, ctx, vm, vmi, vmim, events)
-    return act(verdict, found, vm, records, ctx, delivery, tick, looked)
+    # a redelivery of the event that opened or ended episodes answers as it did
+    replayed = [n for n in (Ledger.replay(r, delivery) for r in records) if n is not None]
+    if replayed:
+        notices = [n.reply() for n in replayed]
+        return Outcome("replay", effect="+".join(sorted({n.transition for n in replayed})), subject=subject,
+                       reason=wording.REDELIVERED, reply=_one(subject, notices)), notices
+    judged = judge(found, ctx, events)  # the state, read after the records
+    if judged is None:
+        return Outcome("gone", subject=subject, reason=wording.said(say("migration-gone"))), []
+    found, facts, verdict = judged
+    vm = facts.vm
+    return act(verdict, found, dict(vm) if vm else None, facts.detail, records, ctx, delivery, tick)
 
 
-def look(found: Target, ctx: KubeContext[Settings]) -> tuple[Target, dict | None, dict | None, dict | None,
-                                                              Verdict] | None:
-    """The first reads and whether the VM is stuck: (target, VM, VMI, VMIM, verdict); None when a migration event's
-    VMIM is gone (it named the VMI). `vmevents explain` asks this too (functions/vm_stuck_report/explain.py)."""
+def judge(found: Target, ctx: KubeContext[Settings], events: list[dict]) -> tuple[Target, Facts, Verdict] | None:
+    """The state read fresh (_look) and decided; for a VM stuck past its threshold (`Action.EXPLAIN`), what explains
+    it read (reads.read_detail, with the VM's `events`) and decided again. None as _look. Writes nothing: `vmevents
+    explain` asks this too (functions/vm_stuck_report/explain.py)."""
+    fresh = _look(found, ctx)
+    if fresh is None:
+        return None
+    found, facts = fresh
+    now = ctx.clock()
+    verdict = decide(facts, ctx.settings, now)
+    vm, vmi, vmim = facts.vm, facts.vmi, facts.vmim
+    if verdict.action is Action.EXPLAIN and verdict.stuck is not None and vm is not None:
+        facts = replace(facts, detail=read_detail(ctx, verdict.stuck, dict(vm), dict(vmi) if vmi else None,
+                                                  dict(vmim) if vmim else None, events))
+        verdict = decide(facts, ctx.settings, now)
+    return found, facts, verdict
+
+
+def _look(found: Target, ctx: KubeContext[Settings]) -> tuple[Target, Facts] | None:
+    """The VM, its VMI and the VMIM (and, for a VM printing a DataVolume state, its DataVolumes), read fresh; None
+    for a Reference-mode VMIM event whose VMIM is gone (its VMI unknown)."""
     vmim = ctx.kube.get(VMIM, found.namespace, found.migration) if found.migration else None
     if found.migration and not found.name:  # a Reference-mode VMIM event: the VMIM names its VMI
         if vmim is None or not o.text(vmim, "spec", "vmiName"):
@@ -124,21 +154,9 @@ def look(found: Target, ctx: KubeContext[Settings]) -> tuple[Target, dict | None
         found = replace(found, name=o.string(vmim, "spec", "vmiName"))
     vm = ctx.kube.get(VM, found.namespace, found.name)
     vmi = ctx.kube.get(VMI, found.namespace, found.name) if vm is not None else None
-    if found.migration and vmim is None:
-        return found, vm, vmi, vmim, Verdict(Action.SETTLED, "the migration no longer exists")
-    return found, vm, vmi, vmim, stuck(vm, vmi, vmim, ctx.settings, ctx.clock())
-
-
-def diagnosed(verdict: Verdict, ctx: KubeContext[Settings], vm: dict, vmi: dict | None, vmim: dict | None,
-              events: list[dict] | None = None) -> Verdict:
-    """A VM stuck past its threshold: what explains it, read (reads.py) and decided (diagnose); else the verdict."""
-    if verdict.action is not Action.REPORT or verdict.stuck is None:
-        return verdict
-    if events is None:
-        meta = vm.get("metadata") or {}
-        events = list(ctx.kube.list(EVENT, meta.get("namespace") or "default",
-                                    field_selector=f"involvedObject.name={meta.get('name')}"))
-    return diagnose(read_facts(ctx, verdict.stuck, vm, vmi, vmim, events))
+    datavolumes = read_datavolumes(ctx, vm) if vm is not None and \
+        o.string(vm, "status", "printableStatus") in DV_STATES else ()
+    return found, Facts(vm, vmi, vmim, migration_gone=bool(found.migration) and vmim is None, datavolumes=datavolumes)
 
 
 # -- parse: which VM is this event about? (no API calls) ------------------------------------------
@@ -214,33 +232,50 @@ def _records(events: list[dict], found: Target) -> list[Record]:
     return out
 
 
-def act(verdict: Verdict, found: Target, vm: dict | None, records: list[Record], ctx: KubeContext[Settings],
-        delivery: str, tick: bool, looked: datetime | None = None) -> Outcome:
+def act(verdict: Verdict, found: Target, vm: dict | None, detail: Detail | None, records: list[Record],
+        ctx: KubeContext[Settings], delivery: str, tick: bool) -> tuple[Outcome, list[Reply]]:
+    """The finding's life: an episode is one group's stuck spell of one instance (its identity: category
+    `stuck-<group>` and the instance's uid). Every open finding of this target that is not the episode now
+    reported (or waited on) ends, once: another instance, or the same one in another group (stuck starting, then
+    stuck stopping: the starting finding is over, not a second alert beside the new one). Each transition is one
+    notice; several go back in one `.batch` reply."""
     subject, now, ledger = _subject(found), ctx.clock(), _ledger(ctx)
     metrics.DECISIONS.inc(FUNCTION, verdict.action.value, verdict.cause.value if verdict.cause else "",
                           metrics.trigger())
     s = verdict.stuck
-    episode = s.instance if verdict.action is Action.REPORT and s is not None else None
-    waiting = s.instance if verdict.action is Action.WAIT and s is not None else None
-    ended = []
-    for record in (r for r in records if r.open and r.finding.key not in (episode, waiting)):
-        because = ("a new episode began (another VMI or migration)" if episode is not None else
-                   f"the VMI it was about is gone or was replaced ({verdict.reason})"
-                   if verdict.action is Action.WAIT else verdict.reason)
-        notice = ledger.resolve(record, delivery, now, summary=resolved_message(record, because),
+    episode = (f"stuck-{s.group}", s.instance) if verdict.action is Action.REPORT and s is not None else None
+    waiting = (f"stuck-{s.group}", s.instance) if verdict.action is Action.WAIT and s is not None else None
+    notices: list[Reply] = []
+    for record in (r for r in records if r.open and _identity(r) not in (episode, waiting)):
+        moved = s is not None and record.finding.category != f"stuck-{s.group}" and (episode or waiting) is not None
+        because = (wording.moved_on(s) if moved and s is not None else wording.new_episode() if episode is not None
+                   else wording.replaced(verdict) if verdict.action is Action.WAIT else wording.reason(verdict))
+        notice = ledger.resolve(record, delivery, now, summary=wording.resolved_message(record, because),
                                 details={"because": because})
         if notice is not None:  # a VMStuckResolved Event tells the end, beside the finding's Warning
-            ended.append(notice.reply())
+            notices.append(notice.reply())
     if episode is None or vm is None or s is None:
-        return Outcome(verdict.action.value, effect="resolved" if ended else "none", subject=subject,
-                       reason=verdict.reason, reply=ended[0] if ended else None)
-    opened = finding(verdict, vm, found.migration)
-    current = next((r for r in records if r.open and r.finding.key == episode), None)
+        return Outcome(verdict.action.value, effect="resolved" if notices else "none", subject=subject,
+                       reason=wording.reason(verdict), reply=_one(subject, notices)), notices
+    opened = wording.finding(verdict, vm, found.migration, detail)
+    read = next((r for r in records if _identity(r) == episode), None)  # as read before the state
+    current = read if read is not None and read.open else None
     changed = current is not None and current.finding.details.get("cause") != opened.details.get("cause")
-    notice = ledger.sighted(opened, vm, delivery, now, message=event_message(verdict, vm, found.migration),
-                            count=not tick, update=changed, looked=looked)
-    if notice is None:
-        return Outcome(verdict.action.value, effect="seen-again", subject=subject, reason=verdict.reason,
-                       reply=ended[0] if ended else None)
-    return Outcome(verdict.action.value, effect=f"detected-{verdict.cause.value if verdict.cause else 'unknown'}",
-                   subject=subject, reason=verdict.reason, reply=notice.reply())
+    notice = ledger.sighted(opened, vm, delivery, now, message=opened.summary, count=not tick, update=changed,
+                            read=read.resource_version if read is not None else "")
+    effect = "seen-again" if notice is None else \
+        f"detected-{verdict.cause.value if verdict.cause else 'unknown'}"
+    if notice is not None:
+        notices.append(notice.reply())
+    if notices and effect == "seen-again":
+        effect = "resolved"
+    return Outcome(verdict.action.value, effect=effect, subject=subject, reason=wording.reason(verdict),
+                   reply=_one(subject, notices)), notices
+
+
+def _identity(record: Record) -> tuple[str, str]:
+    return record.finding.category, record.finding.key
+
+
+def _one(subject: str, notices: list[Reply]) -> Reply | None:
+    return one_or_summary(FUNCTION, subject, notices, wording.batch(len(notices)))

@@ -103,3 +103,34 @@ def finding_event(type_: str, data, subject: str | None = None, **attributes) ->
         attrs["subject"] = subject
     attrs.update(attributes)
     return CloudEvent(attrs, data)
+
+
+class _Writes:
+    """What shared/ledger.py needs of a client to open a finding that is not on record yet: a GET that finds
+    nothing, and the create (`create(obj)` of a SimCluster, straight into its store, or of a RealCluster)."""
+
+    def __init__(self, create):
+        self._create = create
+
+    def get(self, kind, namespace, name):
+        return None
+
+    def create(self, kind, namespace, body):
+        return self._create(body)
+
+
+def open_findings(create, start: int, stop: int, *, namespace: str = "default", now=None) -> None:
+    """Findings `start`..`stop - 1` on record and open, as a storage outage leaves them: io-pause-report's, one
+    per paused VM, each Event written by shared/ledger.py's own code (`Ledger.sighted`)."""
+    from datetime import UTC, datetime
+
+    from shared.ledger import Ledger
+
+    ledger = Ledger(_Writes(create), "io-pause-report", reason="IOErrorPause")  # type: ignore[arg-type]
+    when = now or datetime.now(UTC)
+    for i in range(start, stop):
+        name = f"paused-{i:06d}"
+        finding = Finding.from_data(io_pause(f"{namespace}/{name}", pvcs=(f"{name}-disk-0",), uid=f"uid-{name}"))
+        recipient = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+                     "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"}}
+        ledger.sighted(finding, recipient, f"outage-{i}", when)

@@ -24,10 +24,11 @@ def vm(name: str = "vm1", namespace: str = "default", *, status: str | None = "S
        annotations: Mapping[str, str] | None = None, created: datetime = LONG_AGO - timedelta(days=1),
        deleting: datetime | None = None, ready_since: datetime | None = None, cpu: str = "1",
        memory: str = "2Gi", node_selector: Mapping[str, str] | None = None, uid: str | None = None,
-       image: str | None = None) -> dict:
+       image: str | None = None, datavolumes: Sequence[str] = ()) -> dict:
     """A VM; `status` is its status.printableStatus (None: no status yet)."""
     volumes: list[dict] = [{"name": f"disk-{i}", "persistentVolumeClaim": {"claimName": c}}
                            for i, c in enumerate(claims)]
+    volumes += [{"name": f"dv-{i}", "dataVolume": {"name": d}} for i, d in enumerate(datavolumes)]
     if image:
         volumes.append({"name": "containerdisk", "containerDisk": {"image": image}})
     domain: dict = {"devices": {}, "resources": {"requests": {"cpu": cpu, "memory": memory}},
@@ -219,3 +220,101 @@ def insufficient(resource: str, nodes: int = 3, short: int | None = None) -> str
     rest = f", {nodes - short} node(s) didn't match Pod's node affinity/selector" if nodes > short else ""
     return f"0/{nodes} nodes are available: {short} Insufficient {resource}{rest}. preemption: 0/{nodes} nodes " \
            f"are available: {nodes} No preemption victims found for incoming pod."
+
+
+# -- what the kubelet and the scheduler write about a launcher pod (docs/facts.md §7) -------------------
+LAUNCHER_IMAGE = "registry.suse.com/suse/sles/15.5/virt-launcher:1.3.1"
+
+
+def micro(when: datetime) -> str:
+    """metav1.MicroTime, as an events.k8s.io Event's eventTime and series.lastObservedTime are written."""
+    return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def launcher(of: dict, *, node: str = "node-a", pull: tuple[str, str] | None = None,
+             created: datetime = LONG_AGO) -> dict:
+    """The virt-launcher pod KubeVirt renders for VMI `of` (pkg/virt-controller/services/template.go), cut to what
+    vm-stuck-report reads: `container-disk-binary`, then for each containerDisk volume an init container
+    `volume<name>-init` that pulls its image before virt-launcher starts; `compute` and a `volume<name>` container
+    per disk. Bound to `node`. `pull` (reason, message): the kubelet cannot pull the first disk's image, so that init
+    container waits on it and every container after it waits PodInitializing (the kubelet starts init containers one
+    at a time, in order: pkg/kubelet/kuberuntime/kuberuntime_manager.go computePodActions)."""
+    disks = [(v["name"], v["containerDisk"]["image"]) for v in of["spec"].get("volumes") or []
+             if v.get("containerDisk")]
+    obj = pod(of, node=node, created=created)
+    obj["spec"]["initContainers"] = [{"name": "container-disk-binary", "image": LAUNCHER_IMAGE}] + [
+        {"name": f"volume{name}-init", "image": image} for name, image in disks]
+    obj["spec"]["containers"] = [dict(obj["spec"]["containers"][0], image=LAUNCHER_IMAGE)] + [
+        {"name": f"volume{name}", "image": image} for name, image in disks]
+    if pull is None:
+        return obj
+    blocked = f"volume{disks[0][0]}-init"
+
+    def status(container: dict, state: dict) -> dict:
+        return {"name": container["name"], "image": container["image"], "imageID": "", "ready": False,
+                "restartCount": 0, "state": state}
+
+    done = {"terminated": {"exitCode": 0, "reason": "Completed"}}
+    waits = {"waiting": {"reason": pull[0], "message": pull[1]}}
+    initializing = {"waiting": {"reason": "PodInitializing"}}
+    inits = obj["spec"]["initContainers"]
+    at = next(i for i, c in enumerate(inits) if c["name"] == blocked)
+    obj["status"] = {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "True"},
+                       {"type": "Initialized", "status": "False", "reason": "ContainersNotInitialized",
+                        "message": f"containers with incomplete status: [{blocked}]"}],
+        "initContainerStatuses": [status(c, done if i < at else waits if i == at else initializing)
+                                  for i, c in enumerate(inits)],
+        "containerStatuses": [status(c, initializing) for c in obj["spec"]["containers"]]}
+    return obj
+
+
+
+
+def kubelet_event(on_pod: dict, container: str, reason: str, message: str, *, init: bool = True, count: int = 1,
+                  kind: str = "Warning", when: datetime = LONG_AGO + timedelta(minutes=1)) -> dict:
+    """An Event of the kubelet's about a container of the pod: the core/v1 recorder (tools/record), which counts
+    repeats in `count` (pkg/kubelet/images/image_manager.go: Pulling, Failed "Failed to pull image …", BackOff
+    "Back-off pulling image …")."""
+    obj = event(on_pod, reason, message, component="kubelet", kind=kind, count=count, when=when)
+    obj["involvedObject"]["fieldPath"] = f"spec.{'initContainers' if init else 'containers'}{{{container}}}"
+    obj["source"]["host"] = (on_pod.get("spec") or {}).get("nodeName") or "node-a"
+    return obj
+
+
+def scheduler_event(on_pod: dict, message: str, *, repeats: int, first: datetime = LONG_AGO,
+                    last: datetime = LONG_AGO + timedelta(minutes=5)) -> dict:
+    """kube-scheduler's FailedScheduling, as its events.k8s.io recorder writes it (client-go tools/events) and a
+    core/v1 read shows it: `eventTime` once, repeats in `series` {count, lastObservedTime}, no `count`,
+    `lastTimestamp` or `source` (pkg/apis/events/v1/conversion.go)."""
+    meta = on_pod["metadata"]
+    return {"apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}", "namespace": meta["namespace"]},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
+                               "namespace": meta["namespace"], "uid": meta.get("uid")},
+            "reason": "FailedScheduling", "message": message, "type": "Warning", "action": "Scheduling",
+            "reportingComponent": SCHEDULER, "reportingInstance": f"{SCHEDULER}-control-plane",
+            "eventTime": micro(first), "series": {"count": repeats, "lastObservedTime": micro(last)}}
+
+
+IMAGE_URL = "http://images.example.invalid/fedora.qcow2"
+
+
+def datavolume(name: str, namespace: str = "default", *, url: str = IMAGE_URL) -> dict:
+    """A CDI DataVolume importing from `url` (containerized-data-importer-api v1beta1 types.go)."""
+    return {"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"source": {"http": {"url": url}}, "storage": {"resources": {"requests": {"storage": "10Gi"}}}}}
+
+
+def import_failing(url: str = IMAGE_URL, restarts: int = 4) -> dict:
+    """A DataVolume's status while its importer keeps failing: CDI keeps the phase ImportInProgress and sets the
+    Running condition False with the importer's reason and message, counting the restarts
+    (pkg/controller/datavolume/conditions.go updateRunningCondition; the message is the importer's)."""
+    return {"phase": "ImportInProgress", "progress": "N/A", "restartCount": restarts, "conditions": [
+        {"type": "Bound", "status": "True", "reason": "Bound", "message": "PVC is bound"},
+        {"type": "Ready", "status": "False", "reason": "TransferRunning", "message": ""},
+        {"type": "Running", "status": "False", "reason": "Error",
+         "message": f"Unable to connect to http data source: Get \"{url}\": dial tcp: lookup "
+                    f"{url.split('/')[2]}: no such host"}]}

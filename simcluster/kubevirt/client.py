@@ -203,12 +203,13 @@ class Kube:
             log.warning("could not record Event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], exc)
 
     def record_counted(self, obj: Mapping, etype: str, reason: str, message: str, component: str,
-                       now: datetime) -> None:
-        """client-go's EventCorrelator: the same Event again raises `count` on the existing object."""
+                       now: datetime, field_path: str | None = None) -> None:
+        """client-go's EventCorrelator: the same Event again raises `count` on the existing object. `field_path`:
+        the part of the object it is about (the kubelet's `spec.initContainers{name}`)."""
         import hashlib
 
         meta = meta_of(obj)
-        key = "\x00".join((meta.get("uid") or "", reason, message))
+        key = "\x00".join((meta.get("uid") or "", reason, message, field_path or ""))
         name = f"{meta['name']}.{hashlib.sha256(key.encode()).hexdigest()[:16]}"
         stamp = rfc3339(now)
         try:
@@ -224,13 +225,51 @@ class Kube:
                 self.core.create_namespaced_event(meta["namespace"], {
                     "apiVersion": "v1", "kind": "Event", "metadata": {"name": name, "namespace": meta["namespace"]},
                     "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
-                                       "name": meta["name"], "namespace": meta["namespace"], "uid": meta.get("uid")},
+                                       "name": meta["name"], "namespace": meta["namespace"], "uid": meta.get("uid"),
+                                       **({"fieldPath": field_path} if field_path else {})},
                     "type": etype, "reason": reason, "message": message, "source": {"component": component},
                     "reportingComponent": component, "reportingInstance": f"{component}-sim",
                     "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1})
             else:
                 self.core.patch_namespaced_event(name, meta["namespace"], {
                     "count": int(current.get("count") or 1) + 1, "lastTimestamp": stamp})
+        except Exception as exc:  # noqa: BLE001 - best effort, as the real recorder
+            log.warning("could not record Event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], exc)
+
+
+    def record_series(self, obj: Mapping, etype: str, reason: str, message: str, component: str, action: str,
+                      now: datetime) -> None:
+        """client-go's events.k8s.io recorder (tools/events, kube-scheduler's), as a core/v1 read shows its Events:
+        the first is created with `eventTime`, `action` and no series, `count`, timestamps or `source`; a repeat of the
+        same type, action, reason and object — whatever its message — raises `series.count` (2, 3, …) and
+        `series.lastObservedTime`, and the message stays the first one's (event_broadcaster.go recordToSink,
+        getKey; pkg/apis/events/v1/conversion.go). docs/facts.md §7."""
+        import hashlib
+
+        meta = meta_of(obj)
+        key = "\x00".join((meta.get("uid") or "", etype, reason, action))
+        name = f"{meta['name']}.{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+        micro = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        try:
+            existing = self.core.read_namespaced_event(name, meta["namespace"], _preload_content=False)
+            current = json.loads(existing.data)
+        except Exception as exc:  # noqa: BLE001 - 404: the first time
+            if http_status(exc) != 404:
+                log.warning("could not read Event %s: %s", name, exc)
+                return
+            current = None
+        try:
+            if current is None:
+                self.core.create_namespaced_event(meta["namespace"], {
+                    "apiVersion": "v1", "kind": "Event", "metadata": {"name": name, "namespace": meta["namespace"]},
+                    "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+                                       "name": meta["name"], "namespace": meta["namespace"], "uid": meta.get("uid")},
+                    "type": etype, "reason": reason, "message": message, "action": action, "eventTime": micro,
+                    "reportingComponent": component, "reportingInstance": f"{component}-sim"})
+            else:
+                count = int(((current.get("series") or {}).get("count")) or 1) + 1
+                self.core.patch_namespaced_event(name, meta["namespace"], {
+                    "series": {"count": count, "lastObservedTime": micro}})
         except Exception as exc:  # noqa: BLE001 - best effort, as the real recorder
             log.warning("could not record Event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], exc)
 

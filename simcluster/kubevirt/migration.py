@@ -194,8 +194,10 @@ class Migrations:
             for pod in self._kube.pods(meta["namespace"], f"{CREATED_BY_LABEL}={meta['uid']}"):
                 if (pod.get("spec") or {}).get("nodeName") != state["targetNode"]:
                     self._finish_pod(pod, "Succeeded")  # the source launcher exits once the guest left
-        status = {"migrationState": state}
+        status: dict = {"migrationState": state}
         if state.get("completed"):
             status["nodeName"] = state["targetNode"]
+            if not state.get("failed"):  # the hand-off clears the eviction mark (v1.3.0 pkg/virt-handler/vm.go)
+                status["evacuationNodeName"] = None
         self._kube.patch(VMIS, meta["namespace"], meta["name"], {**patch, "status": status})
         return True

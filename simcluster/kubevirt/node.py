@@ -46,6 +46,49 @@ def unpullable(image: str) -> bool:
     return host.split(":", 1)[0].endswith(".invalid")
 
 
+def pull_error(image: str) -> str:
+    """The error the kubelet reports for an image whose registry does not resolve: containerd's, as the waiting
+    container's message (pkg/kubelet/images/image_manager.go evalCRIPullErr keeps the runtime's error)."""
+    host, _, rest = image.partition("/")
+    repository, _, tag = rest.rpartition(":")
+    return (f'rpc error: code = Unknown desc = failed to pull and unpack image "{image}": failed to resolve reference '
+            f'"{image}": failed to do request: Head "https://{host}/v2/{repository}/manifests/{tag}": dial tcp: '
+            f'lookup {host}: no such host')
+
+
+def blocked_on_pull(spec: Mapping, now: str) -> tuple[dict, str, str] | None:
+    """What the kubelet reports for a bound pod with an image it cannot pull, and that container and image: it runs
+    the init containers one at a time, in order (pkg/kubelet/kuberuntime/kuberuntime_manager.go computePodActions),
+    so those before the first unpullable one ended (Completed), that one waits ErrImagePull, and every container
+    after it waits PodInitializing; a main container's image is pulled only once every init container is done
+    (docs/facts.md §7). None when every image can be pulled."""
+    inits, containers = list(spec.get("initContainers") or []), list(spec.get("containers") or [])
+    at = next((i for i, c in enumerate(inits + containers) if unpullable(str(c.get("image") or ""))), None)
+    if at is None:
+        return None
+    bad = (inits + containers)[at]
+    waiting = {"reason": "ErrImagePull", "message": pull_error(str(bad["image"]))}
+
+    def state(index: int) -> dict:
+        if index < at:
+            return {"terminated": {"exitCode": 0, "reason": "Completed"}} if index < len(inits) else \
+                {"waiting": {"reason": "ContainerCreating"}}
+        return {"waiting": waiting} if index == at else {"waiting": {"reason": "PodInitializing"}}
+
+    def statuses(group: list[dict], offset: int) -> list[dict]:
+        return [{"name": c["name"], "ready": False, "restartCount": 0, "image": c.get("image", ""), "imageID": "",
+                 "state": state(offset + i)} for i, c in enumerate(group)]
+
+    status = {"phase": "Pending",
+              "conditions": [{"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                              "lastTransitionTime": now}],
+              "initContainerStatuses": statuses(inits, 0), "containerStatuses": statuses(containers, len(inits))}
+    if not inits:
+        status.pop("initContainerStatuses")
+    path = f"spec.{'initContainers' if at < len(inits) else 'containers'}{{{bad['name']}}}"
+    return status, path, str(bad["image"])
+
+
 class NodeAgent:
     """The kubelet's and virt-handler's I/O, a part of `KubeVirtSim` (simcluster/kubevirt/sim.py)."""
 
@@ -154,33 +197,26 @@ class NodeAgent:
         meta, now = meta_of(pod), rfc3339(self.clock())
         spec = pod.get("spec") or {}
         containers = spec.get("containers") or []
-        every = list(spec.get("initContainers") or []) + list(containers)
-        bad = next((c for c in every if unpullable(str(c.get("image") or ""))), None)
-        faulted = self._faulted_volume(vmi) if self.volumes and bad is None else None
-        if bad is not None or faulted is not None:
+        blocked = blocked_on_pull(spec, now)
+        faulted = self._faulted_volume(vmi) if self.volumes and blocked is None else None
+        if blocked is not None or faulted is not None:
             if (pod.get("status") or {}).get("containerStatuses"):
                 return  # already reported: the kubelet's back-off retries change nothing here
-            if bad is not None:
-                image = bad["image"]
-                message = (f'Failed to pull image "{image}": failed to resolve reference "{image}": dial tcp: lookup '
-                           f'{image.split("/", 1)[0]}: no such host')
-                waiting = {"reason": "ErrImagePull", "message": message}
-                self._kube.record_counted(as_pod(pod), "Warning", "Failed", message, "kubelet", self.clock())
-            else:
-                message = (f'AttachVolume.Attach failed for volume "{faulted}" : rpc error: code = Aborted desc = '
-                           f'volume {faulted} is not ready for workloads')
-                waiting = {"reason": "ContainerCreating"}
-                self._kube.record_counted(as_pod(pod), "Warning", "FailedAttachVolume", message,
-                                          "attachdetach-controller", self.clock())
-            def statuses(group: list) -> list[dict]:
-                return [{"name": c["name"], "ready": False, "restartCount": 0, "image": c.get("image", ""),
-                         "imageID": "", "state": {"waiting": waiting if bad is None or unpullable(
-                             str(c.get("image") or "")) else {"reason": "PodInitializing"}}} for c in group]
+            if blocked is not None:
+                status, path, image = blocked
+                self._pull_failed(pod, image, path)
+                self._kube.patch_pod(meta["namespace"], meta["name"], {"status": status}, status=True)
+                return
+            message = (f'AttachVolume.Attach failed for volume "{faulted}" : rpc error: code = Aborted desc = '
+                       f'volume {faulted} is not ready for workloads')
+            self._kube.record_counted(as_pod(pod), "Warning", "FailedAttachVolume", message,
+                                      "attachdetach-controller", self.clock())
+            creating = [{"name": c["name"], "ready": False, "restartCount": 0, "image": c.get("image", ""),
+                         "imageID": "", "state": {"waiting": {"reason": "ContainerCreating"}}} for c in containers]
             self._kube.patch_pod(meta["namespace"], meta["name"], {"status": {
                 "phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True", "lastProbeTime": None,
                                                     "lastTransitionTime": now}],
-                "initContainerStatuses": statuses(list(spec.get("initContainers") or [])),
-                "containerStatuses": statuses(list(containers))}}, status=True)
+                "containerStatuses": creating}}, status=True)
             return
         self._kube.patch_pod(meta["namespace"], meta["name"], {"status": {
             "phase": "Running", "startTime": now, "hostIP": "10.0.0.1", "podIP": "10.52.0.10",
@@ -190,29 +226,33 @@ class NodeAgent:
                                    "imageID": "", "state": {"running": {"startedAt": now}}} for c in containers],
         }}, status=True)
 
+    def _pull_failed(self, pod: Mapping, image: str, path: str) -> None:
+        """The kubelet's Events of a failed pull, on the container (pkg/kubelet/images/image_manager.go,
+        kuberuntime_container.go startContainer): Pulling, Failed "Failed to pull image …", Failed "Error: …"."""
+        now, message = self.clock(), pull_error(image)
+        self._kube.record_counted(as_pod(pod), "Normal", "Pulling", f'Pulling image "{image}"', "kubelet", now, path)
+        self._kube.record_counted(as_pod(pod), "Warning", "Failed", f'Failed to pull image "{image}": {message}',
+                                  "kubelet", now, path)
+        self._kube.record_counted(as_pod(pod), "Warning", "Failed", "Error: ErrImagePull", "kubelet", now, path)
+
     def _kubelet_blocked(self, vmi: dict, pod: dict, node: str, now: datetime) -> bool:
-        """The kubelet stand-in on a bound pod: an image it cannot pull leaves the container waiting ErrImagePull
-        (the VMI controller copies it to the VMI's Synchronized condition, lifecycle.go); with `volumes`, a
-        faulted Longhorn volume fails the attach (the attach/detach controller's FailedAttachVolume). Either
-        keeps the VMI Scheduling; once it clears, the pod starts."""
+        """The kubelet stand-in on a bound pod: an image it cannot pull (a containerDisk's, in its init container)
+        leaves that container waiting ErrImagePull and those after it PodInitializing (blocked_on_pull); the VMI
+        controller copies the reason and message to the VMI's Synchronized condition (vmi.go, lifecycle.go
+        checkForContainerImageError) and names no node yet (it does at the hand-over). With `volumes`, a faulted
+        Longhorn volume fails the attach (the attach/detach controller's FailedAttachVolume). Either keeps the VMI
+        Scheduling; once it clears, the pod starts."""
         ns, pod_name = meta_of(vmi)["namespace"], meta_of(pod)["name"]
-        images = [v["containerDisk"]["image"] for v in ((vmi.get("spec") or {}).get("volumes") or [])
-                  if (v.get("containerDisk") or {}).get("image")]
-        bad = next((i for i in images if unpullable(i)), None)
-        if bad is not None:
-            message = (f'Failed to pull image "{bad}": failed to resolve reference "{bad}": dial tcp: lookup '
-                       f'{bad.split("/", 1)[0]}: no such host')
+        blocked = blocked_on_pull(pod.get("spec") or {}, rfc3339(now))
+        if blocked is not None:
+            status, path, image = blocked
             if not condition_is(vmi, "Synchronized", "False", "ErrImagePull"):
-                scheduled = {"type": "PodScheduled", "status": "True", "lastProbeTime": None,
-                             "lastTransitionTime": rfc3339(now)}
-                self._kube.patch_pod(ns, pod_name, {"status": {"phase": "Pending", "conditions": [scheduled],
-                    "containerStatuses": [{"name": "compute", "ready": False, "restartCount": 0, "image": bad,
-                                           "imageID": "", "state": {"waiting": {"reason": "ErrImagePull",
-                                                                                "message": message}}}]}}, status=True)
-                self._patch_vmi_status(vmi, {"nodeName": node, "conditions": set_condition(
+                self._kube.patch_pod(ns, pod_name, {"status": status}, status=True)
+                self._pull_failed(pod, image, path)
+                self._patch_vmi_status(vmi, {"conditions": set_condition(
                     drop_condition(status_of(vmi).get("conditions"), "PodScheduled"),
-                    {"type": "Synchronized", "status": "False", "reason": "ErrImagePull", "message": message}, now)})
-                self._kube.record_counted(as_pod(pod), "Warning", "Failed", message, "kubelet", now)
+                    {"type": "Synchronized", "status": "False", "reason": "ErrImagePull",
+                     "message": pull_error(image)}, now)})
             return True
         faulted = self._faulted_volume(vmi) if self.volumes else None
         if faulted is not None:
@@ -225,8 +265,8 @@ class NodeAgent:
                             "imageID": "", "state": {"waiting": {"reason": "ContainerCreating"}}}
                 self._kube.patch_pod(ns, pod_name, {"status": {"phase": "Pending", "conditions": [scheduled],
                                                                "containerStatuses": [creating]}}, status=True)
-                self._patch_vmi_status(vmi, {"nodeName": node, "conditions": drop_condition(
-                    status_of(vmi).get("conditions"), "PodScheduled")})
+                self._patch_vmi_status(vmi, {"conditions": drop_condition(status_of(vmi).get("conditions"),
+                                                                          "PodScheduled")})
                 self._kube.record_counted(as_pod(pod), "Warning", "FailedAttachVolume", message,
                                           "attachdetach-controller", now)
             return True
@@ -248,7 +288,8 @@ class NodeAgent:
 
     def _node_down(self, vmi: Mapping) -> bool:
         """The VMI's node has a Node object that is not Ready: its virt-handler does nothing (a node the simulator
-        does not know as an object is always up)."""
+        does not know as an object is always up). A VMI not yet handed over names no node: deleted, the VMI
+        controller fails it at once (its launcher pod is going down), whatever that pod's node (docs/facts.md §7)."""
         name = status_of(vmi).get("nodeName")
         node = next((n for n in self._kube.nodes() if meta_of(n).get("name") == name), None) if name else None
         return node is not None and not condition_is(node, "Ready", "True")

@@ -165,7 +165,8 @@ class Scheduler:
                                           anti_affinity=taken)
         if node is None:
             current = condition_of(pod, "PodScheduled")
-            self._kube.record_counted(as_pod(pod), "Warning", "FailedScheduling", str(why), "default-scheduler", now)
+            self._kube.record_series(as_pod(pod), "Warning", "FailedScheduling", str(why), "default-scheduler",
+                                     "Scheduling", now)
             if current and current.get("status") == "False" and current.get("message") == why:
                 return
             self._kube.patch_pod(meta["namespace"], meta["name"], {"status": {"conditions": [
@@ -184,6 +185,9 @@ class Scheduler:
         if not node:
             node, why = self._place(vmi, pod)
         if node is None:
+            # every try the scheduler makes is a repeat of its Event (series.count rises)
+            self._kube.record_series(as_pod(pod), "Warning", "FailedScheduling", str(why), "default-scheduler",
+                                     "Scheduling", now)
             unschedulable = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": why}
             if condition_is(vmi, "PodScheduled", "False", "Unschedulable") and \
                     condition_of(vmi, "PodScheduled").get("message") == why:
@@ -193,7 +197,6 @@ class Scheduler:
             pod_condition = dict(unschedulable, lastProbeTime=None, lastTransitionTime=rfc3339(now))
             self._kube.patch_pod(meta["namespace"], meta_of(pod)["name"], {"status": {
                 "phase": "Pending", "conditions": [pod_condition]}}, status=True)
-            self._kube.record_counted(as_pod(pod), "Warning", "FailedScheduling", str(why), "default-scheduler", now)
             return False
         pod_name = meta_of(pod)["name"]
         if not (pod.get("spec") or {}).get("nodeName"):

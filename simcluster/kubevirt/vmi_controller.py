@@ -75,13 +75,26 @@ def launcher_pod(vmi: Mapping, version: str) -> dict:
         },
         "spec": {
             "restartPolicy": "Never",
-            "containers": [{
-                "name": "compute",
-                "image": f"registry.suse.com/suse/sles/15.5/virt-launcher:{version}",
-                "resources": {"requests": requests, "limits": limits},
-            }],
+            **_container_disks(spec, f"registry.suse.com/suse/sles/15.5/virt-launcher:{version}",
+                               {"name": "compute", "image": f"registry.suse.com/suse/sles/15.5/virt-launcher:{version}",
+                                "resources": {"requests": requests, "limits": limits}}),
         },
     }
+
+
+def _container_disks(spec: Mapping, launcher_image: str, compute: dict) -> dict:
+    """The containers of a launcher pod: with a containerDisk volume, the init container `container-disk-binary`
+    (the launcher image), then one init container `volume<name>-init` per containerDisk with its image (they pull
+    it before virt-launcher starts), and beside `compute` one container `volume<name>` with the image
+    (pkg/virt-controller/services/template.go; pkg/container-disk/container-disk.go generateContainerFromVolume,
+    toContainerName; v1.3.1 and v1.8.3). docs/facts.md §7."""
+    disks = [(str(v.get("name")), str(v["containerDisk"]["image"])) for v in spec.get("volumes") or []
+             if (v.get("containerDisk") or {}).get("image")]
+    if not disks:
+        return {"containers": [compute]}
+    return {"initContainers": [{"name": "container-disk-binary", "image": launcher_image}]
+            + [{"name": f"volume{name}-init", "image": image} for name, image in disks],
+            "containers": [compute] + [{"name": f"volume{name}", "image": image} for name, image in disks]}
 
 
 class VMILifecycle:

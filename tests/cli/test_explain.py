@@ -94,7 +94,7 @@ def test_explain_says_what_each_function_would_do_and_changes_nothing(world):
     assert len(cluster.list("v1", "Event", "default")) == events_before, "explain wrote an Event"
     said = explain.text(found)
     assert said.splitlines()[0].startswith("default/stuck, as vmevents sees it at ")
-    assert "vm-stuck-report   report volume-unbound: " in said and "findings on record: 1" in said
+    assert "vm-stuck-report    report volume-unbound: " in said and "findings on record: 1" in said
     assert json.loads(explain.as_json(found))["answers"][4]["function"] == "vm-stuck-report"
 
 

@@ -24,6 +24,7 @@ OVERLAYS_DIR = DEPLOY_DIR / "overlays"
 # Every kustomization an operator can apply: the base and each overlay ("default" is the documented one).
 KUSTOMIZATIONS = ["base"] + sorted(p.name for p in OVERLAYS_DIR.iterdir() if (p / "kustomization.yaml").exists())
 
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # Read by functions-framework (its CLI and gunicorn app) or by shared/ for every function, not by a
 # function's Settings: a manifest may set these without its function reading them.
 RUNTIME_ENV = {"FUNCTION_TARGET", "FUNCTION_SOURCE", "FUNCTION_SIGNATURE_TYPE", "HOST", "PORT", "DEBUG",
@@ -50,8 +51,10 @@ def _rendered_text(kustomization: str) -> str:
 
 
 def render(kustomization: str) -> list[dict]:
-    """The objects `kubectl apply -k` would send (a fresh copy each call)."""
-    return [d for d in yaml.safe_load_all(_rendered_text(kustomization)) if d]
+    """The objects `kubectl apply -k` would send (a fresh copy each call). libyaml's parser where PyYAML has it:
+    test_deploy.py renders while it is collected, in every process of `make test-fast`, and the pure-Python one
+    took most of that collection's CPU."""
+    return [d for d in yaml.load_all(_rendered_text(kustomization), Loader=_LOADER) if d]
 
 
 def of_kind(objects: list[dict], group: str, kind: str) -> list[dict]:

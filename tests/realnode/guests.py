@@ -61,6 +61,54 @@ def describe_pods(cluster, name: str, namespace: str = NAMESPACE) -> str:
     return "; ".join(pod_summary(p) for p in launcher_pods(cluster, name, namespace)) or "no launcher pod"
 
 
+CONSOLE_LOG_WAIT = 20   # virt-tail's wait for the serial console's socket (v1.3.0 cmd/virt-tail/main.go)
+
+
+def launcher_end(real_node, name: str, namespace: str = NAMESPACE) -> str | None:
+    """How the launcher pod of VMI `name` ended after its guest powered off, in one of the three ways KubeVirt 1.3
+    ends it (docs/facts.md §9), or None while it is still on its way:
+
+    - `completed`: every container ended with 0, the pod is Succeeded (`0/3 Completed`);
+    - `console-log-gave-up`: the pod is Failed because `guest-console-log` (virt-tail) alone exited 1, about 20 s
+      after it started, before the guest's serial console existed (virt-handler handed the domain over later than
+      virt-tail waits); every other container ended with 0. kubectl shows it `0/3 Completed` too;
+    - `monitor-missed-exit`: `compute` still runs because virt-launcher-monitor, its first process, reaped another
+      child instead of virt-launcher, which stays a zombie (one wait per SIGCHLD; kubevirt PR #15676). kubectl shows
+      `2/3 NotReady` until the pod is deleted.
+    Each is checked on its evidence: the container statuses, and for the last the node's own process table."""
+    from controlplane import node as realnode
+
+    pods = launcher_pods(real_node.cluster, name, namespace)
+    if len(pods) != 1:
+        return None
+    pod = pods[0]
+    statuses = {s["name"]: s for s in pod["status"].get("containerStatuses") or []}
+    ended = {n: (s.get("state") or {}).get("terminated") for n, s in statuses.items()}
+    phase = pod["status"].get("phase")
+    if phase == "Succeeded" and all(t and t["exitCode"] == 0 for t in ended.values()):
+        return "completed"
+    if phase == "Failed" and all(ended.values()):
+        failed = {n: t for n, t in ended.items() if t["exitCode"] != 0}
+        console = failed.get("guest-console-log")
+        if set(failed) == {"guest-console-log"} and console["exitCode"] == 1 and \
+                _seconds(console["startedAt"], console["finishedAt"]) >= CONSOLE_LOG_WAIT - 1:
+            return "console-log-gave-up"
+        return f"failed otherwise: {failed}"
+    if phase == "Running" and (statuses.get("compute") or {}).get("state", {}).get("running"):
+        uid = pod["metadata"]["labels"].get("kubevirt.io/created-by", "")
+        children = realnode.launcher_children(int(real_node.state["node_init_pid"]), uid) or []
+        if ("virt-launcher", "Z") in children:
+            return "monitor-missed-exit"
+    return None
+
+
+def _seconds(start: str, end: str) -> float:
+    from datetime import datetime
+
+    return (datetime.fromisoformat(end.replace("Z", "+00:00")) -
+            datetime.fromisoformat(start.replace("Z", "+00:00"))).total_seconds()
+
+
 def launcher_pods(cluster, name: str, namespace: str = NAMESPACE) -> list[dict]:
     return cluster.list("v1", "Pod", namespace, label_selector=f"kubevirt.io=virt-launcher,vm.kubevirt.io/name={name}")
 

@@ -157,17 +157,19 @@ def test_a_record_sighted_after_it_was_read_is_not_resolved_by_the_reader():
         assert ended is not None and ended.transition == RESOLVED
 
 
-def test_a_sighting_does_not_reopen_what_was_resolved_after_it_looked(ledger):
-    """A delivery reads the state (the finding is there), is slowed before it writes (its API server waiting for
-    etcd), and meanwhile a later look resolves the episode: the slow sighting does not reopen it, for the
-    resolution may rest on the later look (the fault suite saw detected, resolved, detected, resolved). A sighting
-    that looked after the resolution opens the next episode as before."""
+def test_a_sighting_does_not_reopen_what_was_resolved_after_it_read_the_record(ledger):
+    """A delivery reads the finding's record, then the state (the finding is there), is slowed before it writes
+    (its API server waiting for etcd), and meanwhile a later look resolves the episode: the slow sighting does not
+    reopen it, for the resolution may rest on the later look (the fault suite saw detected, resolved, detected,
+    resolved). The record's resourceVersion says so, whatever the clocks say: here the slow delivery's clock is a
+    minute ahead. A sighting that read the record after the resolution opens the next episode as before."""
     ledger.sighted(FINDING, VM, "ce-1", NOW)
     [record] = ledger.records()
-    looked = NOW + timedelta(seconds=10)
-    ledger.resolve(record, "ping-2", looked + timedelta(seconds=5))
-    assert ledger.sighted(FINDING, VM, "ce-slow", looked + timedelta(seconds=8), looked=looked) is None
+    ledger.resolve(record, "ping-2", NOW + timedelta(seconds=5))
+    ahead = NOW + timedelta(minutes=1)
+    assert ledger.sighted(FINDING, VM, "ce-slow", ahead, read=record.resource_version) is None
+    assert ledger.sighted(FINDING, VM, "ce-slower", ahead, read="") is None  # read before it existed
     assert list(ledger.records()) == [], "still resolved"
-    later = looked + timedelta(minutes=1)
-    reopened = ledger.sighted(FINDING, VM, "ce-3", later, looked=later - timedelta(seconds=1))
+    [resolved] = ledger.records(state=None)
+    reopened = ledger.sighted(FINDING, VM, "ce-3", ahead, read=resolved.resource_version)
     assert reopened is not None and reopened.transition == DETECTED and reopened.record.episode == 2

@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from functions.alert_forwarder.decide import TABLE, decide
+from functions.alert_forwarder.decide import TABLE, Facts, Verdict, decide
 from functions.alert_forwarder.received import findings
 from functions.alert_forwarder.settings import Receiver, Settings, read_headers
-from functions.alert_forwarder.wording import slack_message, webhook_payload
+from functions.alert_forwarder.wording import dropped, notes_of, slack_message, webhook_payload
 from shared.errors import BadEvent
 from shared.finding import digest
 from shared.intake import Incoming
@@ -28,8 +28,13 @@ def incoming(type_, data, subject=None):
     return Incoming(id="e1", type=type_, source="/vmevents/test", subject=subject, data=data)
 
 
-def alerts_for(type_, data, settings=AM, subject=None):
-    return decide(type_, findings(incoming(type_, data, subject)), settings, NOW)
+def alerts_for(type_, data, settings=AM, subject=None, now=NOW):
+    return decide(Facts(type_, findings(incoming(type_, data, subject))), settings, now)
+
+
+def sent(verdict: Verdict, settings=AM):
+    """The alerts the first receiver is sent, with their annotations as Alertmanager gets them."""
+    return [(alert, notes_of(alert, settings)) for plan in verdict.plans for alert in plan.sends[0].alerts]
 
 
 # -- the table, one row per category ---------------------------------------------------------------
@@ -96,8 +101,8 @@ ROWS = [
 def test_each_finding_becomes_one_alert_labelled_by_its_identity(type_, data, labels, resolved, anchor, lasts):
     settings = Settings(alertmanager=AM.alertmanager, cluster="prod", min_severity="info")
     verdict = alerts_for(type_, data, settings, subject=SUBJECT)
-    assert verdict.action == "forward", verdict.reason
-    (alert,) = verdict.alerts
+    assert verdict.action == "forward", dropped(verdict, settings)
+    ((alert, annotations),) = sent(verdict, settings)
     function, _, what = type_.removeprefix("io.vmevents.").partition(".")
     assert alert.labels == {**labels, "finding": digest(data.get("function") or function, data.get("category") or what,
                                                         data.get("subject") or SUBJECT, data.get("key") or "")}
@@ -106,36 +111,35 @@ def test_each_finding_becomes_one_alert_labelled_by_its_identity(type_, data, la
     opened = datetime.fromisoformat(data["openedAt"]) if data.get("openedAt") and lasts != timedelta(hours=1) else NOW
     assert alert.starts_at == min(opened, NOW + lasts)
     assert alert.ends_at == NOW + lasts
-    assert alert.annotations["runbook_url"] == f"{BASE}#{anchor}"
-    assert alert.annotations["summary"] and alert.annotations["description"]
+    assert annotations["runbook_url"] == f"{BASE}#{anchor}"
+    assert annotations["summary"] and annotations["description"]
 
 
 def test_summary_is_the_findings_sentence_and_the_description_its_advice_and_details():
-    migration = alerts_for("io.vmevents.migration-report.detected", b.migration_report()).alerts[0].annotations
+    migration = sent(alerts_for("io.vmevents.migration-report.detected", b.migration_report()))[0][1]
     assert migration["summary"].startswith("Migration default/vm1-migration-abcde of VMI default/vm1 failed")
     assert "- apply MigrationPolicy vm1-migration: Let KubeVirt auto-converge." in migration["description"]
-    io = alerts_for("io.vmevents.io-pause-report.detected", b.io_pause()).alerts[0].annotations
+    io = sent(alerts_for("io.vmevents.io-pause-report.detected", b.io_pause()))[0][1]
     assert io["summary"] == "VMI default/vm1 pauses on IO errors (rebuild-related), 3 pause(s) so far."
     assert "Disable fstrim.timer" in io["description"] and '"pvc":"vm1-disk-0"' in io["description"]
-    bare = alerts_for("io.vmevents.device-conflict.detected", dict(b.device_conflict(), summary="")).alerts[0]
-    assert bare.annotations["summary"] == ("taken-while-stopped now on default/vm2 [conflict=taken-while-stopped, "
+    bare = sent(alerts_for("io.vmevents.device-conflict.detected", dict(b.device_conflict(), summary="")))[0][1]
+    assert bare["summary"] == ("taken-while-stopped now on default/vm2 [conflict=taken-while-stopped, "
                                            "device=harvester-ktmg4-000004102] (device-conflict).")
 
 
 def test_a_field_a_producer_adds_changes_nothing_but_the_description():
-    plain = alerts_for("io.vmevents.device-conflict.detected", b.device_conflict()).alerts[0]
-    more = alerts_for("io.vmevents.device-conflict.detected", b.device_conflict(gpuModel="A100")).alerts[0]
-    assert more.labels == plain.labels and more.annotations["summary"] == plain.annotations["summary"]
-    assert "gpuModel: A100" in more.annotations["description"]
+    (plain, plain_notes), = sent(alerts_for("io.vmevents.device-conflict.detected", b.device_conflict()))
+    (more, more_notes), = sent(alerts_for("io.vmevents.device-conflict.detected", b.device_conflict(gpuModel="A100")))
+    assert more.labels == plain.labels and more_notes["summary"] == plain_notes["summary"]
+    assert "gpuModel: A100" in more_notes["description"]
 
 
 def test_the_same_finding_again_gives_the_same_labels():
-    first = alerts_for("io.vmevents.device-conflict.detected", b.device_conflict())
-    again = decide("io.vmevents.device-conflict.detected",
-                   findings(incoming("io.vmevents.device-conflict.detected", b.device_conflict())), AM,
-                   NOW + timedelta(minutes=5))
-    assert first.alerts[0].labels == again.alerts[0].labels
-    assert again.alerts[0].ends_at == NOW + timedelta(minutes=5 + 4), "ALERT_VALID_FOR after each post"
+    (first, _), = sent(alerts_for("io.vmevents.device-conflict.detected", b.device_conflict()))
+    (again, _), = sent(alerts_for("io.vmevents.device-conflict.detected", b.device_conflict(),
+                                  now=NOW + timedelta(minutes=5)))
+    assert first.labels == again.labels
+    assert again.ends_at == NOW + timedelta(minutes=5 + 4), "ALERT_VALID_FOR after each post"
 
 
 # -- severities and drops ---------------------------------------------------------------------------
@@ -159,7 +163,8 @@ def test_min_severity_and_drops(type_, data, min_severity, action):
 def test_no_receiver_configured_drops_and_says_what_it_would_have_sent():
     verdict = alerts_for("io.vmevents.device-conflict.detected", b.device_conflict(), Settings())
     assert verdict.action == "drop"
-    assert "no receiver configured" in verdict.reason and "VMHostDeviceConflict default/vm2" in verdict.reason
+    reason = dropped(verdict, Settings())
+    assert "no receiver configured" in reason and "VMHostDeviceConflict default/vm2" in reason
 
 
 def test_a_summary_becomes_one_alert_per_finding_it_carries():
@@ -171,8 +176,8 @@ def test_a_summary_becomes_one_alert_per_finding_it_carries():
     batch = findings(incoming("io.vmevents.device-conflict.batch", {"summary": "", "findings": [
         dict(b.device_conflict(device="dev-a"), id="1"), dict(b.device_conflict(device="dev-b", state="resolved"),
                                                               id="2")]}))
-    verdict = decide("io.vmevents.device-conflict.batch", batch, AM, NOW)
-    assert [(a.labels["device"], a.resolved) for a in verdict.alerts] == [("dev-a", False), ("dev-b", True)]
+    verdict = decide(Facts("io.vmevents.device-conflict.batch", batch), AM, NOW)
+    assert [(a.labels["device"], a.resolved) for a, _ in sent(verdict)] == [("dev-a", False), ("dev-b", True)]
     mixed = findings(incoming("io.vmevents.io-pause-report.scanned", {"findings": [
         b.io_pause(), b.migration_report()]}))
     assert [f.function for f in mixed] == ["io-pause-report", "migration-report"]
@@ -185,7 +190,10 @@ def test_a_summary_becomes_one_alert_per_finding_it_carries():
     ("com.example.other", {}, "unsupported event type"),
     ("io.vmevents.vmi-cleanup.scanned", {"findings": "x"}, "must be a list of objects"),
     ("io.vmevents.migration-report.scanned", {"findings": [1]}, "must be a list of objects"),
-], ids=["list", "no-data", "string", "foreign-type", "summary-not-a-list", "summary-item-not-an-object"])
+    ("io.vmevents.device-conflict.detected", {"details": __import__("functools").reduce(
+        lambda inner, _: {"k": [inner]}, range(200), {})}, "data nested deeper than 64 levels"),
+], ids=["list", "no-data", "string", "foreign-type", "summary-not-a-list", "summary-item-not-an-object",
+        "nested-too-deep"])
 def test_what_is_not_a_finding_is_refused(type_, data, fragment):
     with pytest.raises(BadEvent, match=re.escape(fragment)):
         findings(incoming(type_, data))
@@ -194,7 +202,7 @@ def test_what_is_not_a_finding_is_refused(type_, data, fragment):
 # -- the webhook formats ----------------------------------------------------------------------------
 def test_json_webhook_is_alertmanagers_own_payload_with_the_finding():
     event = incoming("io.vmevents.device-conflict.detected", b.device_conflict(), "/some/path")
-    alert = decide(event.type, findings(event), AM, NOW).alerts[0]
+    ((alert, _),) = sent(decide(Facts(event.type, findings(event)), AM, NOW))
     payload = webhook_payload(alert, event, AM)
     assert payload["version"] == "4" and payload["status"] == "firing"
     assert payload["alerts"][0]["labels"] == alert.labels
@@ -204,16 +212,14 @@ def test_json_webhook_is_alertmanagers_own_payload_with_the_finding():
 
 def test_slack_message_reads_well_in_a_channel_and_escapes_mrkdwn():
     event = incoming("io.vmevents.io-pause-report.detected", dict(b.io_pause(), summary="VM <vm1> & friends paused."))
-    alert = decide(event.type, findings(event), AM, NOW).alerts[0]
+    ((alert, _),) = sent(decide(Facts(event.type, findings(event)), AM, NOW))
     message = slack_message(alert, event, AM)
     text = message["blocks"][0]["text"]["text"]
     assert text.startswith(":red_circle: *CRITICAL: VMPausedOnIOError* default/vm1 [volume=vm1-disk-0] on cluster prod")
     assert "VM &lt;vm1&gt; &amp; friends paused." in text
     assert f"<{BASE}#vmpausedonioerror|Runbook>" in text
     assert message["text"].startswith(":red_circle: CRITICAL: VMPausedOnIOError default/vm1")
-    resolved = decide("io.vmevents.io-pause-report.resolved",
-                      findings(incoming("io.vmevents.io-pause-report.resolved", b.io_pause(state="resolved"))),
-                      AM, NOW).alerts[0]
+    ((resolved, _),) = sent(alerts_for("io.vmevents.io-pause-report.resolved", b.io_pause(state="resolved")))
     assert slack_message(resolved, event, AM)["blocks"][0]["text"]["text"].startswith(
         ":white_check_mark: *RESOLVED: VMPausedOnIOError*")
 
@@ -327,19 +333,21 @@ def test_every_producers_finding_becomes_its_alert_through_the_one_schema():
     settings = Settings(alertmanager=AM.alertmanager, cluster="prod", min_severity="info")
     names = {}
     for function, data in _producers_findings():
-        (alert,) = decide(f"io.vmevents.{function}.{data['state']}",
-                          findings(incoming(f"io.vmevents.{function}.{data['state']}", data)), settings, NOW).alerts
+        ((alert, annotations),) = sent(alerts_for(f"io.vmevents.{function}.{data['state']}", data, settings), settings)
         assert {k: v for k, v in alert.labels.items() if k not in ("alertname", "severity", "cluster")} == {
             k: v for k, v in data["identity"].items() if v}
-        assert alert.annotations["summary"] == data["summary"]
+        assert annotations["summary"] == data["summary"]
         names[function] = alert.labels["alertname"]
     assert names == {"device-conflict": "VMHostDeviceConflict", "io-pause-report": "VMPausedOnIOError",
                      "migration-report": "VMMigrationFailed", "vmi-cleanup": "VMICleanedUp"}
 
 
 # -- the tick: what Alertmanager must hold, from the findings on record ------------------------------
+def refresh(on_record, settings, now):
+    return decide(Facts("dev.knative.sources.ping", on_record, tick=True), settings, now)
+
+
 def test_a_tick_reposts_the_open_findings_and_the_recently_resolved_ones_only():
-    from functions.alert_forwarder.decide import refresh
     from functions.alert_forwarder.received import on_record
 
     opened = NOW - timedelta(hours=2)
@@ -348,7 +356,7 @@ def test_a_tick_reposts_the_open_findings_and_the_recently_resolved_ones_only():
     long_ended = on_record(b.migration_report(state="resolved"), "resolved", opened, NOW - timedelta(minutes=16))
     info = on_record(b.cleaned(), "detected", opened, None)
     verdict = refresh([open_one, just_ended, long_ended, info], AM, NOW)
-    assert verdict.action == "refresh", verdict.reason
+    assert verdict.action == "refresh"
     by_name = {a.labels["alertname"]: a for a in verdict.alerts}
     assert set(by_name) == {"VMHostDeviceConflict", "VMPausedOnIOError"}, "ended > ALERT_RESOLVED_FOR ago, or below"
     firing, ended = by_name["VMHostDeviceConflict"], by_name["VMPausedOnIOError"]
@@ -362,9 +370,9 @@ def test_one_body_holds_one_alert_per_label_set_the_firing_one_winning():
 
     event = incoming("io.vmevents.device-conflict.scanned", {"findings": [
         b.device_conflict(), b.device_conflict(state="resolved"), b.device_conflict(blocked=("default/vm3",))]})
-    alerts = decide(event.type, findings(event), AM, NOW).alerts
+    alerts = [alert for alert, _ in sent(decide(Facts(event.type, findings(event)), AM, NOW))]
     assert len(alerts) == 3, "each finding is its own alert (and its own webhook message)"
-    kept = one_per_labels(list(alerts))
+    kept = one_per_labels(alerts)
     assert len(kept) == 2 and not any(a.resolved for a in kept)
 
 

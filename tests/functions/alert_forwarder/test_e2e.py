@@ -249,8 +249,11 @@ def _publish(world, reply):
     world.knative.broker.publish(b.finding_event(reply.type, reply.data, reply.subject, id=reply.id))
 
 
-def test_the_function_may_only_list_events_and_does(world):
-    """Last: by now every path has run. Its one permission, used on every tick: list the finding Events."""
+def test_the_function_may_only_read_and_annotate_events_and_does(world):
+    """Last: by now every path has run. Its permissions, all on Events and all used: get a finding's Event before
+    its notice is sent, patch its receipts onto it, list the finding Events on every tick and watch for those
+    resolved while it ran."""
     world.settle()
-    assert granted(FUNCTION_SA) == {("list", "", "events")}
+    assert granted(FUNCTION_SA) == {("get", "", "events"), ("list", "", "events"), ("patch", "", "events"),
+                                    ("watch", "", "events")}
     assert_exact_rbac(world.cluster.requests, FUNCTION_SA)

@@ -4,6 +4,8 @@ or refuses (502). It has no Kubernetes client at all: KUBECONFIG points at a ref
 nothing needs it."""
 from __future__ import annotations
 
+import json
+
 import pytest
 from cloudevents.conversion import to_binary, to_structured
 
@@ -143,3 +145,17 @@ def test_the_benchmark_runs_at_a_tiny_size(tmp_path):
     for row in report["events"].values():
         assert row["alert-forwarder"]["failed"] == 0 and row["no-op"]["failed"] == 0 and row["ratio"] > 0
     assert "ratio" in bench.render(report)
+
+
+@pytest.mark.parametrize("depth", [130, 500])
+def test_a_finding_nested_absurdly_deep_is_a_400_and_nothing_is_sent(app_with, receiver, depth):
+    """JSON encoders recurse: data nested 1,000 deep (within what orjson decodes, 1,024) made the alert's
+    description (and the webhook payload, which carries the finding) fail with a 500, and the broker retried it; the
+    fuzz suite found 130 levels of {"k": [...]} failing the same way once orjson encoded it (it stops at 254). A
+    finding is a few levels deep."""
+    client = app_with(WEBHOOK_URL=f"{receiver.url}/hook")
+    nested = b'{"k":[' * depth + b'"bottom"' + b']}' * depth  # written out: json.dumps cannot build it either
+    body = json.dumps(b.device_conflict(deep="DEEP")).encode().replace(b'"DEEP"', nested)
+    response = client.post("/", headers=binary_headers(FINDING), data=body)
+    assert response.status_code == 400 and "nested deeper than 64 levels" in response.get_json()["error"]
+    assert receiver.posts == []

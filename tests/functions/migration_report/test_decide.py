@@ -8,7 +8,10 @@ from datetime import timedelta
 import pytest
 import yaml
 
-from functions.migration_report.arithmetic import (
+from functions.migration_report.decide import Action, Facts, Verdict, decide, row_precheck
+from functions.migration_report.settings import Settings
+from functions.migration_report.wording import reply_data
+from shared.migrations import (
     data_size,
     defaults,
     effective_configuration,
@@ -17,9 +20,6 @@ from functions.migration_report.arithmetic import (
     read_failure_reason,
     scaled_giga,
 )
-from functions.migration_report.decide import Action, Facts, Verdict, decide
-from functions.migration_report.settings import Settings
-from functions.migration_report.wording import reply_data
 from simcluster.builders.migration import (
     ABORTED_19,
     NOT_COMPLETED,
@@ -297,6 +297,17 @@ def test_the_warn_ratio_is_a_setting():
 def test_skips(kwargs, settings, now, why):
     verdict = decide(facts(reason=NOT_COMPLETED.format(450), **kwargs), settings, now)
     assert verdict.action is Action.SKIP and why in verdict.reason
+
+
+def test_an_evacuation_migration_is_evacuation_reports_from_the_object_and_from_its_row():
+    """KubeVirt's evacuation controller annotates its migrations with the drained node (docs/facts.md §10); the node's
+    finding explains them (docs/evacuation-report.md, who speaks for what): no second notice here."""
+    found = facts(reason=NOT_COMPLETED.format(450))
+    found.vmim["metadata"]["annotations"] = {"kubevirt.io/evacuationMigration": "node-a"}
+    verdict = decide(found, Settings(), NOW)
+    assert verdict.action is Action.SKIP and "evacuation-report" in verdict.reason
+    why = row_precheck(found.vmim["metadata"], "Failed", Settings(), NOW)
+    assert why is not None and "node node-a" in why
 
 
 # -- the policy KubeVirt chose, and the advice ----------------------------------------------------

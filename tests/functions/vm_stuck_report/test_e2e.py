@@ -17,6 +17,8 @@ its target pod for real.
 from __future__ import annotations
 
 import itertools
+import json
+import re
 import time
 from datetime import UTC, datetime
 
@@ -25,6 +27,7 @@ import pytest
 from simcluster.builders import stuck as b
 from tests import e2e
 from tests.e2e import backends_only, eventually
+from tests.functions.vm_stuck_report.test_written import DATAVOLUME_GRANT
 from tests.rbac import assert_exact_rbac
 
 pytestmark = pytest.mark.e2e
@@ -91,6 +94,11 @@ class World(e2e.World):
     def events(self, name):
         return [e for e in self.cluster.list("v1", "Event", "default")
                 if (e.get("source") or {}).get("component") == FUNCTION and e["involvedObject"]["name"] == name]
+
+    def finding(self, name):
+        """The finding on record about VM `name`, as its Event holds it now (docs/findings.md)."""
+        [event] = [e for e in self.events(name) if "vmevents.io/finding" in (e["metadata"].get("annotations") or {})]
+        return json.loads(event["metadata"]["annotations"]["vmevents.io/finding"])
 
     def reported(self, name):
         """Past the threshold, ticks until the one `.detected` notice; then two more ticks announce nothing."""
@@ -167,29 +175,37 @@ def _check(notice, state, cause, evidence, step):
 
 
 # -- starting ---------------------------------------------------------------------------------------
+@pytest.mark.node
 def test_insufficient_memory(world, nodes):
     nodes(b.node("mem-a", allocatable={"cpu": "8", "memory": "4Gi", "pods": "110"}))
     name = world.create_vm(memory="16Gi")
     world.wait_status(name, "ErrorUnschedulable")
     notice = world.reported(name)
     _check(notice, "ErrorUnschedulable", "insufficient-resources", "1 Insufficient memory", "lower the VM's request")
-    assert any("FailedScheduling" in e for e in notice["details"]["evidence"])  # the scheduler's Event, read
+    # the scheduler's Event, read: kube-scheduler counts its tries in series.count (docs/facts.md §7)
+    [failed] = [e for e in world.cluster.list("v1", "Event", "default") if e["reason"] == "FailedScheduling"
+                and e["involvedObject"]["name"].startswith(f"virt-launcher-{name}-")]
+    assert failed.get("series") and not failed.get("count"), failed
+    assert any(re.search(r"FailedScheduling ×([2-9]|\d\d+): ", e) for e in notice["details"]["evidence"]), \
+        notice["details"]["evidence"]  # its tries, not ×1
     world.node_status("mem-a", {"allocatable": {"cpu": "8", "memory": "64Gi", "pods": "110"}})
     world.wait_status(name, "Running")
     assert "Running" in world.resolved(name)["details"]["because"]
 
 
+@pytest.mark.node
 def test_a_device_only_one_node_has(world, nodes):
     nodes(b.node("gpu-a"), b.node("gpu-b", allocatable={"cpu": "8", "memory": "32Gi", "pods": "110", GPU: "1"}))
     name = world.create_vm(devices=(GPU, GPU))
     world.wait_status(name, "ErrorUnschedulable")
     notice = world.reported(name)
-    _check(notice, "ErrorUnschedulable", "device-on-one-node", "only node gpu-b of 2 has any", "Only gpu-b has")
+    _check(notice, "ErrorUnschedulable", "device-on-one-node", "only node gpu-b of 2 has any", "Only node gpu-b has")
     world.halt(name)
     world.wait_status(name, "Stopped")
     world.resolved(name)
 
 
+@pytest.mark.node
 def test_a_node_selector_no_node_matches(world, nodes):
     nodes(b.node("sel-a"))
     name = world.create_vm(node_selector={"disktype": "nvme"})
@@ -201,6 +217,7 @@ def test_a_node_selector_no_node_matches(world, nodes):
     world.resolved(name)
 
 
+@pytest.mark.node
 def test_a_taint_the_vm_does_not_tolerate(world, nodes):
     nodes(b.node("taint-a", taints=({"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},)))
     name = world.create_vm()
@@ -212,6 +229,7 @@ def test_a_taint_the_vm_does_not_tolerate(world, nodes):
     world.resolved(name)
 
 
+@pytest.mark.node
 def test_every_node_that_fits_is_cordoned(world, nodes):
     nodes(b.node("cordon-a", unschedulable=True))
     name = world.create_vm()
@@ -258,7 +276,9 @@ def test_a_pvc_whose_storage_class_does_not_exist(world):
     world.cluster.create(b.pvc("unbound-disk", storage_class="fast-nvme"))
     name = world.create_vm(claims=("unbound-disk",))
     world.wait_status(name, "ErrorUnschedulable")
-    _check(world.reported(name), "ErrorUnschedulable", "volume-unbound", "StorageClass fast-nvme does not exist",
+    # KubeVirt prints WaitingForVolumeBinding until the scheduler's condition says Unschedulable: on a loaded machine
+    # the first report may come under either word, both the starting group's
+    _check(world.reported(name), "starting", "volume-unbound", "StorageClass fast-nvme does not exist",
            "Create StorageClass fast-nvme")
     world.cluster.patch("v1", "PersistentVolumeClaim", "default", "unbound-disk", {"status": {"phase": "Bound"}},
                         subresource="status")
@@ -271,7 +291,7 @@ def test_a_pvc_its_provisioner_never_binds(world):
     world.cluster.create(b.pvc("nfs-disk", storage_class="slow-nfs"))
     name = world.create_vm(claims=("nfs-disk",))
     world.wait_status(name, "ErrorUnschedulable")
-    _check(world.reported(name), "ErrorUnschedulable", "volume-unbound", "provisioner nfs.csi.k8s.io",
+    _check(world.reported(name), "starting", "volume-unbound", "provisioner nfs.csi.k8s.io",  # either word, as above
            "Check provisioner nfs.csi.k8s.io")
     world.halt(name)
     world.wait_status(name, "Stopped")
@@ -284,7 +304,12 @@ def test_a_faulted_longhorn_volume_fails_the_attach(world):
     world.cluster.create(b.longhorn_volume("pvc-lh-disk", state="detached", robustness="faulted"))
     name = world.create_vm(claims=("lh-disk",))
     world.wait_status(name, "Starting")
-    notice = world.reported(name)
+    world.reported(name)
+    # KubeVirt prints Starting before the attach is tried: on a loaded machine the first report can precede the
+    # attach/detach controller's FailedAttachVolume (cause unknown). The finding's cause then changes, its details
+    # with it (no second notice): read them from its Event once a tick has seen the attach fail.
+    notice = eventually(lambda: (world.tick(), world.finding(name))[1]["details"]["cause"] == "volume-attach"
+                        and world.finding(name), timeout=60, what="the finding's cause volume-attach")
     _check(notice, "Starting", "volume-attach", "FailedAttachVolume", "Salvage")
     assert any("Longhorn volume pvc-lh-disk: state detached, robustness faulted" in e
                for e in notice["details"]["evidence"])
@@ -294,17 +319,35 @@ def test_a_faulted_longhorn_volume_fails_the_attach(world):
     world.resolved(name)
 
 
+@pytest.mark.node
 def test_an_image_the_kubelet_cannot_pull(world):
-    name = world.create_vm(image="registry.example.invalid/vms/fedora:41")
-    world.wait_status(name, "ErrImagePull")
-    _check(world.reported(name), "ErrImagePull", "image-pull", "ErrImagePull", "Fix the image")
+    """KubeVirt pulls a containerDisk's image in the launcher's init container `volumecontainerdisk-init`; the kubelet
+    leaves it waiting ErrImagePull (the containers after it PodInitializing) and records Failed on the pod; KubeVirt's
+    VMI controller copies it to the VMI's Synchronized condition and prints ErrImagePull (docs/facts.md §7)."""
+    image = "registry.example.invalid/vms/fedora:41"
+    name = world.create_vm(image=image)
+    world.wait_status(name, "ErrImagePull", "ImagePullBackOff")
+    world.reported(name)
+    # On a loaded machine the first report can come while the VM still reads Starting, before the kubelet's statuses
+    # (cause unknown); the finding's cause and details follow (no second notice): read them as on record.
+    notice = eventually(lambda: (world.tick(), world.finding(name))[1]["details"]["cause"] == "image-pull"
+                        and world.finding(name), timeout=60, what="the finding's cause image-pull")
+    _check(notice, "starting", "image-pull", "waits: ErrImagePull", f"cannot pull image {image}")
+    evidence = "\n".join(notice["details"]["evidence"])
+    assert f"init container volumecontainerdisk-init (image {image}) waits: ErrImagePull" in evidence, evidence
+    assert f"VirtualMachineInstance/{name}: Synchronized=False (ErrImagePull)" in evidence, evidence
+    assert f'Failed ×1: Failed to pull image "{image}"' in evidence, evidence  # the kubelet's Event
+    assert "containerDisk volume containerdisk" in notice["details"]["nextStep"]
     world.halt(name)
     world.wait_status(name, "Stopped")
     world.resolved(name)
 
 
 # -- stopping ---------------------------------------------------------------------------------------
-def test_a_stop_its_node_never_completes(world, nodes):
+def test_a_stop_its_node_never_completes_is_left_to_evacuation_report(world, nodes):
+    """The VM stays Stopping: its node stopped answering and nothing there shuts the guest down. That is one of the
+    dead node's VMs, which evacuation-report speaks for (docs/evacuation-report.md, who speaks for what): past its
+    threshold, tick after tick, vm-stuck-report announces nothing, and the VM stops once the node is back."""
     nodes(b.node("down-a"))
     name = world.create_vm()
     world.wait_status(name, "Running")
@@ -313,14 +356,14 @@ def test_a_stop_its_node_never_completes(world, nodes):
                                                  "lastTransitionTime": b.stamp(b.NOW)}]})
     world.halt(name)
     world.wait_status(name, "Stopping")
-    notice = world.reported(name)
-    _check(notice, "stopping", "stop-not-honoured", "node down-a: Ready=Unknown (NodeStatusUnknown)",
-           "kubectl delete node down-a")
+    time.sleep(AFTER + 1)
+    for _ in range(3):
+        world.tick()
+    assert world.notices(name) == [] and world.events(name) == []
     world.node_status("down-a", {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                                                  "lastHeartbeatTime": b.stamp(b.NOW),
                                                  "lastTransitionTime": b.stamp(b.NOW)}]})
     world.wait_status(name, "Stopped")
-    world.resolved(name)
 
 
 # -- migrations that do not start: the test plays KubeVirt's migration controller -------------------
@@ -334,6 +377,7 @@ def _migrate(world, name, **kw):
     return vmi, world.cluster.create(obj)
 
 
+@pytest.mark.node
 def test_a_migration_a_resource_quota_has_no_room_for(world):
     name = world.create_vm(memory="2Gi")
     world.wait_status(name, "Running")
@@ -349,7 +393,7 @@ def test_a_migration_a_resource_quota_has_no_room_for(world):
                                      when=datetime.now(UTC)))
         evidence = "ResourceQuota vm-quota: requests.memory used 3Gi of 4Gi"
     notice = world.reported(name)
-    _check(notice, "MigrationPending", "quota-exceeded", evidence, "Raise vm-quota")
+    _check(notice, "MigrationPending", "quota-exceeded", evidence, "`kubectl -n default edit resourcequota vm-quota`")
     assert notice["details"]["migration"] == vmim["metadata"]["name"]
     world.cluster.delete("kubevirt.io/v1", "VirtualMachineInstanceMigration", "default", vmim["metadata"]["name"])
     assert "no longer exists" in world.resolved(name)["details"]["because"]
@@ -381,24 +425,23 @@ def _quota_refuses_the_target_pod(world, name):
                        f"{quota['hard']['requests.memory']}")
 
 
-def test_a_migration_pending_for_no_reason_the_facts_show_is_unknown_and_says_what_was_checked(world):
-    """On the real backend KubeVirt's migration controller holds the VMIM Pending by a limit the function does not
-    read: no outbound migration per node (migrations.parallelOutboundMigrationsPerNode 0 in the KubeVirt CR)."""
+def test_a_migration_held_by_a_migration_limit_of_zero_is_reported_as_queued(world):
+    """KubeVirt keeps a VMIM Pending while its migration limits are in use (migration.go handleTargetPodCreation);
+    with migrations.parallelOutboundMigrationsPerNode 0 in the KubeVirt CR, for ever. On the real backend KubeVirt's
+    migration controller holds it; the function reads the same CR and reports it as queued, with the numbers."""
     name = world.create_vm()
     world.wait_status(name, "Running")
-    if world.real:
-        _kubevirt_migrations(world, {"parallelOutboundMigrationsPerNode": 0})
+    _kubevirt_migrations(world, {"parallelOutboundMigrationsPerNode": 0})
     try:
         _, vmim = _migrate(world, name)
         d = world.reported(name)["details"]
-        assert d["cause"] == "unknown" and not d["evidence"]
-        assert any("no migration target pod exists" in c for c in d["checked"]) and \
-            any(c.startswith("ResourceQuotas:") for c in d["checked"])
+        assert d["cause"] == "migration-queued", (d["cause"], d["checked"])
+        assert any("0 out of node" in e and "parallelOutboundMigrationsPerNode 0" in e for e in d["evidence"])
+        assert "`kubectl -n kubevirt edit kubevirt kubevirt`" in d["nextStep"], d["nextStep"]
         world.cluster.delete("kubevirt.io/v1", "VirtualMachineInstanceMigration", "default", vmim["metadata"]["name"])
         world.resolved(name)
     finally:
-        if world.real:
-            _kubevirt_migrations(world, {"parallelOutboundMigrationsPerNode": None})
+        _kubevirt_migrations(world, {"parallelOutboundMigrationsPerNode": None})
 
 
 def _kubevirt_migrations(world, settings):
@@ -414,4 +457,6 @@ def test_a_vm_that_settles_in_time_is_never_reported(world):
 
 
 def test_the_function_needs_nothing_beyond_its_shipped_rbac(world):
-    assert_exact_rbac(world.cluster.requests, FUNCTION_SA)
+    # KubeVirt prints Provisioning and DataVolumeError only with CDI, which neither backend's KubeVirt runs here:
+    # test_written.py writes DataVolumes as CDI does, and checks the function reads them with its grant
+    assert_exact_rbac(world.cluster.requests, FUNCTION_SA, elsewhere=[DATAVOLUME_GRANT])
