@@ -145,8 +145,14 @@ def test_an_unreachable_api_is_counted_as_an_error(unreachable_kubeconfig, monke
     monkeypatch.setenv("KUBECONFIG", str(unreachable_kubeconfig))
     monkeypatch.setitem(metrics.PROCESS, "function", "metrics-down")  # no request being served: the process'
     kube = connect()  # its client is measured
-    with pytest.raises(Unavailable):
-        kube.get(VM_KIND, "default", "vm1")
+    # no request being served in this thread: a test that served one here (tests/shared/test_hotpath.py) left its
+    # function in the context, which a process serving one function never notices
+    token = metrics.FUNCTION.set("")
+    try:
+        with pytest.raises(Unavailable):
+            kube.get(VM_KIND, "default", "vm1")
+    finally:
+        metrics.FUNCTION.reset(token)
     assert metrics.API_REQUESTS.value("metrics-down", "get", "virtualmachines", "error") == 1
 
 
@@ -185,7 +191,7 @@ def test_a_pod_that_no_longer_reads_the_ledger_withholds_what_it_read():
                           metrics.Seen("c", "warning", "ns", "old", "def", resolved_at=5.0e9 - 3600)])
     [counts, each, read] = findings.collect()
     assert counts.samples == ((("f", "c", "warning"), 1.0),)
-    assert each.samples == ((("f", "c", "warning", "ns", "vm", "abc"), 1.0),)  # resolved an hour ago: left out
+    assert each.samples == ((("f", "c", "warning", "ns", "vm", "abc", ""), 1.0),)  # resolved an hour ago: left out
     clock[0] += metrics.STALE_AFTER + 1
     assert all(not metric.samples for metric in findings.collect())
 
@@ -214,3 +220,14 @@ def test_the_dead_letters_are_counted_with_a_bounded_set_of_destinations(serve):
     assert 'vmevents_dead_letters_total{function="dead-letter",destination="svc-0",code="500"}' in destinations
     assert 'vmevents_dead_letters_total{function="dead-letter",destination="unknown",code="unknown"}' in destinations
     assert len(destinations) <= 22  # at most MAX_SERVICES names, "other" and "unknown"
+
+
+def test_a_finding_about_a_node_is_labelled_with_its_node():
+    """evacuation-report's findings are about a Node (identity labels `node`, `state`): its gauge names the node, so
+    the NodeEvacuation and NodeDown rules can say which (catalog/monitoring.py)."""
+    found = metrics.seen({"node": "node-2", "state": "node-drain", "finding": "f1"}, "node-drain", "warning", None)
+    assert (found.node, found.namespace, found.vm) == ("node-2", "", "")
+    findings = metrics.Findings(clock=lambda: 5.0e9, monotonic=lambda: 1000.0)
+    findings.listed("evacuation-report", [found])
+    each = findings.collect()[1]
+    assert dict(zip(each.labels, each.samples[0][0], strict=True))["node"] == "node-2"
