@@ -37,7 +37,7 @@ from tests.monitoring.prometheus import Prometheus, binary
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3000)]
 STORIES = ("vmi_cleanup", "device_conflict", "migration_report", "io_pause_report", "vm_stuck_report",
-           "alert_forwarder")
+           "evacuation_report", "alert_forwarder")
 # On the real control plane, where each stage costs minutes on a loaded machine: a cleanup, a device conflict, and
 # findings that open and resolve (the failing stage follows on both backends).
 REAL_STORIES = ("vmi_cleanup", "device_conflict", "vm_stuck_report")
