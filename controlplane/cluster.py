@@ -169,8 +169,12 @@ class RealCluster:
             kubevirt = virt_controller.crds(virt_controller.controller_version(self.kubevirt_version))
         else:
             kubevirt = crds.kubevirt_crds(self.kubevirt_version)
-        wanted = kubevirt + crds.manifest_crds() + ([] if self.runs_virt_controller else crds.cdi_crds())
-        if self.runs_virt_controller:  # CDI's CRD turns on virt-controller's DataVolume integration (crds.cdi_crds)
+        # CDI's CRD turns on virt-controller's DataVolume integration (crds.cdi_crds): where KubeVirt's virt-controller
+        # runs (ours, or virt-operator's on the real node) it then waits for CDI's other informers and never
+        # reconciles a VM, so it is installed only where no virt-controller runs.
+        kubevirt_runs = self.runs_virt_controller or self.real_node
+        wanted = kubevirt + crds.manifest_crds() + ([] if kubevirt_runs else crds.cdi_crds())
+        if kubevirt_runs:
             for crd in crds.cdi_crds():
                 self._drop_crd(crd["metadata"]["name"])
         for crd in wanted:

@@ -96,7 +96,8 @@ CDI_VERSION = "v1.64.0"  # the CDI API KubeVirt v1.8.3 builds against (its go.mo
 def cdi_crds() -> list[dict]:
     """CDI's DataVolume CRD (upstream/cdi/): a world with no virt-controller writes DataVolumes as CDI would. Not
     beside a running virt-controller: seeing it, virt-controller turns on its DataVolume integration and waits for
-    CDI's CDI and CDIConfig CRDs too (pkg/virt-controller/watch/application.go, hasCDI)."""
+    CDI's CDI, CDIConfig, DataSource and StorageProfile CRDs too, and reconciles no VM without them (docs/facts.md
+    §7; pkg/virt-controller/watch/application.go, hasCDI)."""
     path = paths.UPSTREAM_DIR / "cdi" / CDI_VERSION / "datavolume.crd.yaml"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: a CRD manifest the control plane installs is missing")

@@ -25,6 +25,11 @@ LOG = Path(os.environ.get("VMEVENTS_TEST_LOG") or REPO / ".run" / "test-binaries
 HALVES = (("the tests that need no binary", "not real and not built"),
           ("the tests that need the control plane's binaries", "real or built"))
 NO_TESTS = 5
+# The second half in this many pytest-xdist processes, each with a control plane of its own (tests/backends.py
+# starts one per process), a world's tests kept in one of them (tests/conftest.py `world_of`): its tests wait on
+# kube-apiserver, KubeVirt and guests under TCG far more than they compute (docs/control-plane.md, "Where the time
+# goes"). VMEVENTS_BINARY_JOBS=1 runs it in one process.
+BINARY_JOBS = int(os.environ.get("VMEVENTS_BINARY_JOBS") or 2)
 
 
 def _follow(log: Path, process: subprocess.Popen, out) -> None:
@@ -49,8 +54,9 @@ def main(argv: list[str]) -> int:
     command = [sys.executable, "-m", "pytest", *argv]
     (first_name, first_marks), (second_name, second_marks) = HALVES
     with open(LOG, "wb") as log:
-        second = subprocess.Popen([*command, "-m", second_marks], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL)
+        spread = ["-n", str(BINARY_JOBS), "--dist", "loadscope"] if BINARY_JOBS > 1 else []
+        second = subprocess.Popen([*command, "-m", second_marks, *spread, "--durations=40"], cwd=REPO, stdout=log,
+                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     print(f"=== {first_name} (-m '{first_marks}'); {second_name} run beside them (-m '{second_marks}'), "
           f"printed when these end: {LOG} ===", flush=True)
     try:

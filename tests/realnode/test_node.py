@@ -78,7 +78,14 @@ def test_the_scheduler_refuses_a_pod_that_asks_for_more_memory_than_the_node_has
             e for e in cluster.list("v1", "Event", "default", field_selector="involvedObject.name=too-big")
             if e["reason"] == "FailedScheduling"])
         assert events[0]["message"].startswith("0/1 nodes are available: 1 Insufficient memory.")
-        condition = {c["type"]: c for c in cluster.get("v1", "Pod", "default", "too-big")["status"]["conditions"]}
+        # kube-scheduler records the Event and patches the pod's status as two writes (its failure handler):
+        # either may land first
+        def conditions() -> dict:
+            found = {c["type"]: c for c in (cluster.get("v1", "Pod", "default", "too-big").get("status") or {}).get(
+                "conditions") or []}
+            return found if "PodScheduled" in found else {}
+
+        condition = wait_for("the pod's PodScheduled condition", conditions)
         assert condition["PodScheduled"]["status"] == "False"
         assert condition["PodScheduled"]["reason"] == "Unschedulable"
     finally:
