@@ -12,7 +12,10 @@ once it is fixed (one `.resolved`, one `VMStuckResolved`):
 - (b) a containerDisk whose image does not exist: the kubelet's ErrImagePull / ImagePullBackOff in KubeVirt's init
   container `volume<name>-init`, cause image-pull; resolved when the VM is stopped;
 - (c) a taint the VM does not tolerate (`kubectl taint`): cause node-placement; resolved when the taint is removed
-  and the VM runs.
+  and the VM runs;
+- (d) a PVC whose StorageClass names a provisioner nothing runs: kube-scheduler's "pod has unbound immediate
+  PersistentVolumeClaims", cause volume-unbound; resolved when an operator makes a PersistentVolume by hand, the
+  PV controller binds the claim, and the guest boots from it.
 
 VM_STUCK_AFTER is 2 s for the states these causes put a VM in, as in the function's e2e tests; `Starting` keeps
 5 minutes (VM_STUCK_AFTER_BY_STATE), so that a healthy guest's boot under TCG on a loaded machine, which takes tens
@@ -30,7 +33,16 @@ from controlplane.node import NODE_NAME
 from localknative.paths import DEPLOY_DIR
 from localknative.runtime import LocalKnative, load_manifests
 from tests import e2e
-from tests.realnode.guests import NAMESPACE, describe_pods, guest_vm, launcher_pods, remove, wait_for
+from tests.realnode.guests import (
+    NAMESPACE,
+    boots,
+    describe_pods,
+    guest_vm,
+    launcher_pods,
+    remove,
+    wait_for,
+    with_boot_disk,
+)
 
 pytestmark = [pytest.mark.realnode, pytest.mark.real, pytest.mark.timeout(2700)]
 FUNCTION = "vm-stuck-report"
@@ -245,3 +257,56 @@ def test_a_taint_the_vm_does_not_tolerate(real_node, report, vms):
     print(f"{name}: reported {reported - started:.0f}s, resolved {time.monotonic() - started:.0f}s after creation")
     assert launcher_pods(cluster, name)
 
+
+
+def test_a_pvc_no_provisioner_binds(real_node, report, vms):
+    from controlplane import node as realnode
+
+    cluster, name = real_node.cluster, vms("nfs")
+    klass, provisioner, size = "vmevents-slow-nfs", "nfs.csi.k8s.io", "64Mi"
+    started = time.monotonic()
+    cluster.delete("storage.k8s.io/v1", "StorageClass", None, klass)
+    cluster.create({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": klass},
+                    "provisioner": provisioner, "volumeBindingMode": "Immediate", "reclaimPolicy": "Retain"})
+    try:
+        cluster.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                        "metadata": {"name": name, "namespace": NAMESPACE},
+                        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": klass,
+                                 "volumeMode": "Filesystem", "resources": {"requests": {"storage": size}}}})
+        cluster.create(with_boot_disk(guest_vm(name, run_strategy="RerunOnFailure"), name))
+        wait_status(real_node, name, "WaitingForVolumeBinding", "ErrorUnschedulable")
+        notice = report.reported(name, "volume-unbound")
+        d = check(notice, "volume-unbound", f"StorageClass {klass}: provisioner {provisioner}",
+                  f"Check provisioner {provisioner}")
+        print(f"\n{name}: VM reads {status(cluster, name)}\nevidence: {d['evidence']}\nnext step: {d['nextStep']}")
+        failed = wait_for("kube-scheduler's FailedScheduling", lambda: _failed_scheduling(cluster, name), timeout=180)
+        print(f"{name}: kube-scheduler wrote {failed['message']!r}")
+        assert failed["message"] == ("0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. "
+                                     "preemption: 0/1 nodes are available: 1 Preemption is not helpful for "
+                                     "scheduling."), failed
+        reported = time.monotonic()
+
+        # the fix: an operator makes the volume by hand, in the claim's class; the PV controller binds the claim
+        folder = realnode.host_path(real_node.workdir, f"{realnode.DISKS}/{name}")
+        folder.mkdir(parents=True, exist_ok=True)
+        folder.chmod(0o777)   # the non-root launcher (qemu, 107) makes disk.img here
+        cluster.create({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{NAMESPACE}-{name}"},
+                        "spec": {"capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"],
+                                 "storageClassName": klass, "persistentVolumeReclaimPolicy": "Retain",
+                                 "volumeMode": "Filesystem",
+                                 "hostPath": {"path": f"{realnode.DISKS}/{name}", "type": "Directory"}}})
+        wait_status(real_node, name, "Running")
+        report.resolved(name)
+        wait_for(f"guest {name}'s first boot counted", lambda: boots(real_node, name) == 1)
+        print(f"{name}: reported {reported - started:.0f}s, resolved {time.monotonic() - started:.0f}s after "
+              f"creation")
+    finally:
+        remove(real_node, [name])
+        cluster.delete("storage.k8s.io/v1", "StorageClass", None, klass)
+
+
+def _failed_scheduling(cluster, name: str) -> dict | None:
+    try:
+        return scheduler_event(cluster, name)
+    except AssertionError:
+        return None
