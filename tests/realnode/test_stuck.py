@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import secrets
 import time
 
 import pytest
@@ -49,6 +50,7 @@ FUNCTION = "vm-stuck-report"
 AFTER = 2.0   # VM_STUCK_AFTER, seconds
 VM = ("kubevirt.io/v1", "VirtualMachine")
 _names = itertools.count(1)
+_RUN = secrets.token_hex(2)   # this session's
 
 
 class Report:
@@ -141,13 +143,12 @@ def report(real_node):
 
 @pytest.fixture
 def vms(real_node):
-    """Names for a test's VMs (each VM and its VMI and pods removed after the test, and before it from an earlier
-    run on a reused cluster)."""
+    """Names for a test's VMs, new on each run (a reused cluster keeps an earlier run's Events about its VMs for
+    kube-apiserver's --event-ttl), each VM and its VMI and pods removed after the test."""
     made: list[str] = []
 
     def name(base: str) -> str:
-        made.append(f"{base}{next(_names)}")
-        remove(real_node, made[-1:])
+        made.append(f"{base}-{_RUN}{next(_names)}")
         return made[-1]
 
     yield name
@@ -201,7 +202,12 @@ def test_a_vm_asking_more_memory_than_the_node_has(real_node, report, vms):
         "resources": {"requests": {"memory": "128Mi"}}}}}}})
     cluster.vm_subresource(NAMESPACE, name, "restart")
     wait_status(real_node, name, "Running")
-    assert "Running" in report.resolved(name)["details"]["because"]
+    # The episode is the refused VMI's: it ends when a tick (or the VM's update, through the ApiServerSource) sees the
+    # VM running, or sees that VMI replaced by the restart, whichever comes first; the new VMI runs, and is not
+    # announced (one .detected, checked by resolved())
+    because = report.resolved(name)["details"]["because"]
+    assert "Running" in because or "the VMI it was about is gone or was replaced" in because, because
+    print(f"{name}: resolved because {because}")
     print(f"{name}: reported {reported - started:.0f}s, resolved {time.monotonic() - started:.0f}s after creation")
 
 

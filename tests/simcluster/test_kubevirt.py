@@ -526,7 +526,8 @@ def test_a_taken_device_blocks_scheduling_until_its_holder_powers_off(world):
     assert vmi_phase(vmi) == "Scheduling"
     assert condition_of(vmi, "PodScheduled") == {
         "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-        "message": f"0/1 nodes are available: 1 Insufficient {VF}. preemption: 0/1 nodes are available: 1 {NO_VICTIMS}.",
+        "message": f"0/1 nodes are available: 1 Insufficient {VF}. preemption: 0/1 nodes are available: "
+                   f"1 {NO_VICTIMS}.",
         "lastTransitionTime": condition_of(vmi, "PodScheduled")["lastTransitionTime"]}
     assert world.vm("vm1")["status"]["printableStatus"] == "ErrorUnschedulable"
     [pod] = world.pods(vmi["metadata"]["uid"])
