@@ -244,6 +244,7 @@ def test_a_container_disk_whose_image_does_not_exist(real_node, report, vms):
 def test_a_taint_the_vm_does_not_tolerate(real_node, report, vms):
     cluster, name = real_node.cluster, vms("taint")
     taint = "dedicated=gpu:NoSchedule"
+    real_node.kubectl("taint", "nodes", NODE_NAME, f"{taint}-", check=False)   # an interrupted run's
     started = time.monotonic()
     real_node.kubectl("taint", "nodes", NODE_NAME, taint)
     try:
