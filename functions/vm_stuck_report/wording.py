@@ -22,8 +22,14 @@ def stamp(when: datetime) -> str:
 
 
 def duration(delta: timedelta) -> str:
-    minutes = int(delta.total_seconds() // 60)
-    return f"{minutes}m" if minutes < 120 else f"{minutes // 60}h{minutes % 60:02d}m"
+    """A threshold as people read it: 45s, 10m, 1m30s, 2h05m (VM_STUCK_AFTER takes seconds: under a minute it
+    read "0m", seen on the real node's lane with 2s)."""
+    minutes, seconds = divmod(int(delta.total_seconds()), 60)
+    if minutes >= 120:
+        return f"{minutes // 60}h{minutes % 60:02d}m"
+    if not minutes:
+        return f"{seconds}s"
+    return f"{minutes}m{seconds:02d}s" if seconds else f"{minutes}m"
 
 
 def state_words(s: Stuck) -> str:

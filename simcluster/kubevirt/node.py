@@ -48,12 +48,13 @@ def unpullable(image: str) -> bool:
 
 def pull_error(image: str) -> str:
     """The error the kubelet reports for an image whose registry does not resolve: containerd's, as the waiting
-    container's message (pkg/kubelet/images/image_manager.go evalCRIPullErr keeps the runtime's error)."""
+    container's message (pkg/kubelet/images/image_manager.go evalCRIPullErr keeps the runtime's error), without
+    gRPC's "rpc error: code = Unknown desc = ", which the kubelet's CRI client strips (k8s.io/cri-client v0.33.13
+    pkg/remote_image.go PullImage; measured on the real node, docs/facts.md §9)."""
     host, _, rest = image.partition("/")
     repository, _, tag = rest.rpartition(":")
-    return (f'rpc error: code = Unknown desc = failed to pull and unpack image "{image}": failed to resolve reference '
-            f'"{image}": failed to do request: Head "https://{host}/v2/{repository}/manifests/{tag}": dial tcp: '
-            f'lookup {host}: no such host')
+    return (f'failed to pull and unpack image "{image}": failed to resolve reference "{image}": failed to do request: '
+            f'Head "https://{host}/v2/{repository}/manifests/{tag}": dial tcp: lookup {host}: no such host')
 
 
 def blocked_on_pull(spec: Mapping, now: str) -> tuple[dict, str, str] | None:

@@ -47,8 +47,8 @@ def schedule(wanted: Mapping[str, int], nodes: Mapping[str, Mapping[str, int]],
              pods: Iterable[Mapping]) -> tuple[str | None, str | None]:
     """(node, None) for the first node with room for every device, else (None, scheduler message).
 
-    The message is kube-scheduler's FitError, as in the seed issue:
-    `0/1 nodes are available: 1 Insufficient intel.com/82599_ETHERNET_CONTROLLER_VIRTUAL_FUNCTION.`
+    The message is kube-scheduler's FitError, as in the seed issue (`0/1 nodes are available: 1 Insufficient
+    intel.com/82599_ETHERNET_CONTROLLER_VIRTUAL_FUNCTION.`), then DefaultPreemption's part, as v1.33 writes it.
     """
     used: dict[str, Counter] = {name: Counter() for name in nodes}
     for pod in pods:
@@ -62,8 +62,35 @@ def schedule(wanted: Mapping[str, int], nodes: Mapping[str, Mapping[str, int]],
             return node, None
         for res in short:
             reasons[f"Insufficient {res}"] += 1
-    detail = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
-    return None, f"0/{len(nodes)} nodes are available: {detail}."
+    return None, fit_error(len(nodes), reasons, Counter({NO_VICTIMS: len(nodes)}))
+
+
+# kube-scheduler's DefaultPreemption, the PostFilter that runs after every FitError (v1.33.13
+# pkg/scheduler/framework/plugins/defaultpreemption/default_preemption.go PostFilter, "preemption: " + the message of
+# a second FitError over the candidates; pkg/scheduler/framework/preemption/preemption.go Preempt): a node whose
+# filters failed Unschedulable (room: cpu, memory, a device; pod anti-affinity) is tried for victims, and with no pod
+# of lower priority on it (launcher pods have none) it reads NO_VICTIMS; a node that failed
+# UnschedulableAndUnresolvable (a cordon, a taint, node affinity/selector; every node when a PreFilter failed, as
+# VolumeBinding's unbound PVC) is left out, and reads NOT_HELPFUL. Measured on the real node: docs/facts.md §9.
+NO_VICTIMS = "No preemption victims found for incoming pod"
+NOT_HELPFUL = "Preemption is not helpful for scheduling"
+_UNRESOLVABLE = ("node(s) were unschedulable", "node(s) had untolerated taint", "node(s) didn't match Pod's node")
+
+
+def fit_error(nodes: int, reasons: Counter | str, preemption: Counter) -> str:
+    """kube-scheduler's FitError message (v1.33.13 pkg/scheduler/framework/types.go FitError.Error): "0/N nodes are
+    available: " and either a PreFilter's message (a str) or the filters' reasons counted per node, sorted as
+    strings; then DefaultPreemption's " preemption: …" (a FitError of its own, over `preemption`'s reasons)."""
+    def counted(c: Counter) -> str:
+        return ", ".join(sorted(f"{count} {reason}" for reason, count in c.items()))
+
+    detail = reasons if isinstance(reasons, str) else counted(reasons)
+    return f"0/{nodes} nodes are available: {detail}. preemption: 0/{nodes} nodes are available: {counted(preemption)}."
+
+
+def _preemption(misfit: list[str]) -> str:
+    """What DefaultPreemption says of a node the filters refused for `misfit` (the first failing filter's reasons)."""
+    return NOT_HELPFUL if any(r.startswith(_UNRESOLVABLE) for r in misfit) else NO_VICTIMS
 
 
 _SUFFIX = {"m": 1e-3, "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30,
@@ -129,6 +156,7 @@ def schedule_on_nodes(wanted: Mapping[str, float], nodes: list[Mapping], pods: I
             for res, qty in pod_requests(pod).items():
                 used[node][res] = used[node].get(res, 0.0) + qty
     reasons: Counter = Counter()
+    preemption: Counter = Counter()
     for node in sorted(nodes, key=lambda n: meta_of(n)["name"]):
         misfit = node_misfit(node, wanted, used[meta_of(node)["name"]], vmi_spec)
         if not misfit and meta_of(node)["name"] in avoid:
@@ -136,8 +164,8 @@ def schedule_on_nodes(wanted: Mapping[str, float], nodes: list[Mapping], pods: I
         if not misfit:
             return meta_of(node)["name"], None
         reasons.update(misfit)
-    detail = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
-    return None, f"0/{len(nodes)} nodes are available: {detail}."
+        preemption[_preemption(misfit)] += 1
+    return None, fit_error(len(nodes), reasons, preemption)
 
 UNBOUND_PVC = "pod has unbound immediate PersistentVolumeClaims"  # v1.33 volumebinding ErrReasonUnboundImmediatePVC
 
@@ -159,7 +187,7 @@ class Scheduler:
             taken = {(p.get("spec") or {}).get("nodeName") for p in self._kube.pods(meta["namespace"])
                      if meta_of(p).get("labels", {}).get(CREATED_BY_LABEL) == owner and pod_holds_devices(p)}
         if self.volumes and self._unbound_pvc(vmi):
-            node, why = None, f"0/{len(nodes)} nodes are available: {UNBOUND_PVC}."
+            node, why = None, fit_error(len(nodes), UNBOUND_PVC, Counter({NOT_HELPFUL: len(nodes)}))
         else:
             node, why = schedule_on_nodes(pod_requests(pod), nodes, self._kube.pods(), pod.get("spec") or {},
                                           anti_affinity=taken)
@@ -224,7 +252,8 @@ class Scheduler:
         spec = vmi.get("spec") or {}
         nodes = self._kube.nodes()
         if self.volumes and self._unbound_pvc(vmi):
-            return None, f"0/{len(nodes) or len(self.nodes)} nodes are available: {UNBOUND_PVC}."
+            count = len(nodes) or len(self.nodes)
+            return None, fit_error(count, UNBOUND_PVC, Counter({NOT_HELPFUL: count}))
         if nodes:
             return schedule_on_nodes(pod_requests(pod), nodes, self._kube.pods(), spec)
         return schedule(device_requests(spec), self.nodes, self._kube.pods())

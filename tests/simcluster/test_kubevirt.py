@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from simcluster.kubevirt.objects import VM_CONTROLLER_FINALIZER, condition_is, condition_of, parse_version, vmi_phase
-from simcluster.kubevirt.scheduler import schedule
+from simcluster.kubevirt.scheduler import NO_VICTIMS, schedule
 from simcluster.kubevirt.sim import KubeVirtSim
 from simcluster.kubevirt.vm_controller import (
     ADD_START_REQUEST,
@@ -256,7 +256,8 @@ def bound_pod(node="harvester-ktmg4", phase="Running", devices=1):
 
 @pytest.mark.parametrize("pods, expected", [
     pytest.param([], ("harvester-ktmg4", None), id="free"),
-    pytest.param([bound_pod()], (None, f"0/1 nodes are available: 1 Insufficient {VF}."), id="taken"),
+    pytest.param([bound_pod()], (None, f"0/1 nodes are available: 1 Insufficient {VF}. preemption: 0/1 nodes are "
+                                      f"available: 1 {NO_VICTIMS}."), id="taken"),
     pytest.param([bound_pod(phase="Succeeded")], ("harvester-ktmg4", None), id="freed-by-completed-pod"),
     pytest.param([bound_pod(phase="Failed")], ("harvester-ktmg4", None), id="freed-by-failed-pod"),
 ])
@@ -267,7 +268,8 @@ def test_schedule_counts_devices_of_live_pods(pods, expected):
 def test_schedule_message_counts_every_node():
     nodes = {"a": {VF: 1}, "b": {}, "c": {VF: 1}}
     node, why = schedule({VF: 1}, nodes, [bound_pod("a"), bound_pod("c")])
-    assert node is None and why == f"0/3 nodes are available: 3 Insufficient {VF}."
+    assert node is None and why == f"0/3 nodes are available: 3 Insufficient {VF}. preemption: 0/3 nodes are " \
+                                   f"available: 3 {NO_VICTIMS}."
     assert schedule({VF: 1}, nodes, [bound_pod("a")]) == ("c", None)
 
 
@@ -524,7 +526,8 @@ def test_a_taken_device_blocks_scheduling_until_its_holder_powers_off(world):
     assert vmi_phase(vmi) == "Scheduling"
     assert condition_of(vmi, "PodScheduled") == {
         "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-        "message": f"0/1 nodes are available: 1 Insufficient {VF}.",
+        "message": f"0/1 nodes are available: 1 Insufficient {VF}. preemption: 0/1 nodes are available: "
+                   f"1 {NO_VICTIMS}.",
         "lastTransitionTime": condition_of(vmi, "PodScheduled")["lastTransitionTime"]}
     assert world.vm("vm1")["status"]["printableStatus"] == "ErrorUnschedulable"
     [pod] = world.pods(vmi["metadata"]["uid"])

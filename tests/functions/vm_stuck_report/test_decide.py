@@ -469,3 +469,14 @@ def test_the_docs_list_the_causes_in_the_order_the_code_tries_them():
     assert first == [c.value for c in RULES["migrating"] if c not in RULES["starting"]], first
     assert RULES["migrating"][1:] == RULES["starting"] and RULES["stopping"] == RULES["terminating"] == ()
     assert set(start + first) == {c.value for c in Cause}
+
+
+@pytest.mark.parametrize("delta, words", [
+    (timedelta(seconds=2), "2s"),   # the real node's lane (VM_STUCK_AFTER=2s) read "not yet 0m"
+    (timedelta(seconds=45), "45s"),
+    (timedelta(minutes=10), "10m"),
+    (timedelta(seconds=90), "1m30s"),
+    (timedelta(hours=2, minutes=5), "2h05m"),
+])
+def test_a_threshold_reads_as_set(delta, words):
+    assert wording.duration(delta) == words
