@@ -23,7 +23,9 @@ def _run(tmp_path, source: str) -> subprocess.CompletedProcess:
 def test_a_half_that_selects_nothing_is_not_a_failure(tmp_path):
     result = _run(tmp_path, PASSING)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "1 passed" in result.stdout and "1 deselected" in result.stdout
+    # the second half selects nothing: pytest says "1 deselected", or, in pytest-xdist's processes (tests/run.py
+    # BINARY_JOBS), each deselecting on its own, "no tests ran"
+    assert "1 passed" in result.stdout and ("1 deselected" in result.stdout or "no tests ran" in result.stdout)
 
 
 def test_a_failure_in_the_half_that_runs_beside_fails_the_run_and_is_printed(tmp_path):
