@@ -12,7 +12,7 @@ import pytest
 
 from controlplane import build
 from localknative.runtime import load_manifests
-from simcluster.paths import DEPLOY_DIR
+from simcluster.paths import DEPLOY_DIR, UPSTREAM_DIR
 from tests import backends
 from tests.rbac import Scope, granted, scopes
 
@@ -120,5 +120,13 @@ def test_every_overlay_passes_server_side_dry_run(cluster, overlay):
     made = {d["metadata"]["name"] for d in docs if d["kind"] == "Namespace"}
     for namespace in sorted({d["metadata"].get("namespace") for d in docs} - made - {None}):
         cluster.ensure({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    if overlay == "monitoring":  # its PodMonitor and PrometheusRule need the Prometheus Operator's CRDs, as
+        # rancher-monitoring installs them (upstream/prometheus-operator/, vendored from rancher-monitoring-crd)
+        crds = sorted((UPSTREAM_DIR / "prometheus-operator" / "v0.72.0").glob("*.crd.yaml"))
+        for crd in crds:
+            kubectl("apply", "--server-side", "-f", str(crd), kubeconfig=cluster.plane.admin_kubeconfig)
+        kubectl("wait", "--for=condition=Established", "--timeout=120s",
+                *[f"crd/{yaml.safe_load(c.read_text())['metadata']['name']}" for c in crds],
+                kubeconfig=cluster.plane.admin_kubeconfig)
     out = kubectl("apply", "--dry-run=server", "-k", path, kubeconfig=cluster.plane.admin_kubeconfig)
     assert "(server dry run)" in out

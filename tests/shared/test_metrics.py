@@ -2,6 +2,7 @@
 is what promtool accepts, the counters count what happened, and the findings' gauges say what the ledger holds."""
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import threading
@@ -19,7 +20,6 @@ from shared.ledger import Ledger
 from simcluster.apiserver import SimCluster
 from tests.backends import in_ci
 
-NOW = datetime.now(UTC).replace(microsecond=0)  # the gauges keep a resolved finding 15 min of wall time
 VM = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
       "metadata": {"name": "vm1", "namespace": "default", "uid": "u-1"}}
 
@@ -160,10 +160,13 @@ def test_the_findings_gauges_follow_the_ledger_and_this_pods_transitions(cluster
     for event in cluster.list("v1", "Event", "default"):
         cluster.delete("v1", "Event", "default", event["metadata"]["name"])
     ledger = Ledger(Kube(cluster.api_client()), "metrics-test", reason="Test")
+    # now, not at import: the gauges keep a resolved finding 15 min of wall time, and in the whole suite this test
+    # runs more than 15 min after the module was collected (the CI rehearsal: its 0 was left out)
+    now = datetime.now(UTC).replace(microsecond=0)
     opened_before = metrics.OPENED.value("metrics-test", "taken-while-stopped", "warning", "event")
-    assert ledger.sighted(finding("a"), VM, "ce-1", NOW) is not None
-    assert ledger.sighted(finding("a"), VM, "ce-2", NOW) is None  # a sighting is no transition
-    assert ledger.sighted(finding("b"), VM, "ce-3", NOW) is not None
+    assert ledger.sighted(finding("a"), VM, "ce-1", now) is not None
+    assert ledger.sighted(finding("a"), VM, "ce-2", now) is None  # a sighting is no transition
+    assert ledger.sighted(finding("b"), VM, "ce-3", now) is not None
     assert metrics.OPENED.value("metrics-test", "taken-while-stopped", "warning", "event") == opened_before + 2
     list(ledger.records(state=None))  # a tick's reading of every finding on record
     gauges = samples(metrics.REGISTRY.exposition())
@@ -172,7 +175,7 @@ def test_the_findings_gauges_follow_the_ledger_and_this_pods_transitions(cluster
     [record, _] = sorted(ledger.records(), key=lambda r: r.finding.key)
     token = metrics.TRIGGER.set(metrics.RESCAN)
     try:
-        assert ledger.resolve(record, "ping-1", NOW + timedelta(minutes=1)) is not None
+        assert ledger.resolve(record, "ping-1", now + timedelta(minutes=1)) is not None
     finally:
         metrics.TRIGGER.reset(token)
     assert metrics.RESOLVED.value("metrics-test", "taken-while-stopped", "warning", "rescan") >= 1
@@ -216,10 +219,16 @@ def test_the_dead_letters_are_counted_with_a_bounded_set_of_destinations(serve):
                                   "ce-knativeerrorcode": "500"}, data=b"{}")
     client.post("/", headers={"ce-knativeerrordest": "not a url", "ce-knativeerrorcode": "x"}, data=b"")
     text = samples(client.get("/metrics").data)
-    destinations = {k for k in text if k.startswith("vmevents_dead_letters_total")}
-    assert 'vmevents_dead_letters_total{function="dead-letter",destination="svc-0",code="500"}' in destinations
-    assert 'vmevents_dead_letters_total{function="dead-letter",destination="unknown",code="unknown"}' in destinations
-    assert len(destinations) <= 22  # at most MAX_SERVICES names, "other" and "unknown"
+    series = {k for k in text if k.startswith("vmevents_dead_letters_total")}
+    assert 'vmevents_dead_letters_total{function="dead-letter",destination="svc-0",code="500"}' in series
+    assert 'vmevents_dead_letters_total{function="dead-letter",destination="unknown",code="unknown"}' in series
+    # the process's counter holds what earlier tests in it dead-lettered too (other codes of the same names): the
+    # bound is on the names, at most MAX_SERVICES, "other" and "unknown"
+    from functions.dead_letter.main import MAX_SERVICES  # loaded by `serve` above
+
+    destinations = {re.search(r'destination="([^"]*)"', k).group(1) for k in series}  # type: ignore[union-attr]
+    assert len(destinations) <= MAX_SERVICES + 2, destinations
+    assert "other" in destinations
 
 
 def test_a_finding_about_a_node_is_labelled_with_its_node():
