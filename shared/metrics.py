@@ -140,6 +140,9 @@ DELIVERIES = REGISTRY.add(Counter(
 DEAD_LETTERS = REGISTRY.add(Counter(
     "vmevents_dead_letters_total", "Events the broker could not deliver, by the function it was for and the status "
     "it last got.", ("function", "destination", "code")))
+# The `destination` names DEAD_LETTERS has counted, beside it: dead-letter bounds them (functions/dead_letter/main.py
+# MAX_SERVICES), and the bound holds for the counter however often the function's module is loaded in the process
+DEAD_LETTER_DESTINATIONS: set[str] = set()
 FINDINGS = Findings()
 PROCESS = {"function": ""}  # the function this process serves (shared.runtime.start): the process_* metrics' label
 REGISTRY.collectors += [FINDINGS.collect, lambda: process_metrics(("function",), (PROCESS["function"],))]

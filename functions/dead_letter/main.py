@@ -145,7 +145,7 @@ def describe(headers: dict[str, str], body: bytes, cut: bool) -> dict[str, Any]:
 
 metrics.PROCESS["function"] = FUNCTION
 _SERVICE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_SERVICES: set[str] = set()
+_SERVICES = metrics.DEAD_LETTER_DESTINATIONS  # the counter's own: one bound per process, as the counter is
 MAX_SERVICES = 20  # distinct `destination` labels at most: a sender cannot make the metric grow without bound
 
 
